@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# `make demo`: the main job on the bundled example org, step by step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "1. Check the example org's config tree (policies/ quotas/ rbac/ networkpolicies/)"
+mpigate check .
+
+step "2. The teams it defines"
+mpigate check . -o json | python3 -c '
+import json, sys
+data = json.load(sys.stdin)
+print("revision:", data["revision"])
+print("files:   ", len(data["files"]), "config files,", data["documents"], "documents")
+print("teams:   ", ", ".join(data["teams"]))
+'
+
+step "3. What an admin sees when a pull request breaks the config"
+rm -rf build/demo-broken && mkdir -p build && mpigate init build/demo-broken --example >/dev/null
+sed -i 's/nominal: 16/nominal: "16"/; s/maxNodesPerJob: 4/maxNodesPerJb: 4/' build/demo-broken/quotas/nlp-team.yaml
+sed -i 's/team: cv-team/team: cv-teem/' build/demo-broken/rbac/cv-team.yaml
+sed -i 's/namespaces: \[research\]/namespaces: [research, nlp-team]/' build/demo-broken/quotas/research-team.yaml
+if mpigate check build/demo-broken; then echo "unexpected: the broken tree passed"; exit 1; fi
+echo "(exit status 1: the pull request's CI job fails with every problem listed)"

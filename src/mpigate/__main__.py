@@ -1,0 +1,3 @@
+from mpigate.cli import main
+
+main()

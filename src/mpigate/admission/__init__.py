@@ -1,0 +1,1 @@
+"""AdmissionReview v1 handling and the aiohttp webhook server."""

@@ -1,0 +1,1 @@
+"""The tamper-evident audit trail: hash-chained JSONL, verify, export, OTLP."""

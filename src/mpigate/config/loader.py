@@ -1,0 +1,207 @@
+"""Loading a config tree: discover → parse → dispatch by apiVersion/kind → validate → defaults →
+cross-file rules → immutable :class:`Config`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .build import build_config
+from .crossfile import Entry, cross_file_problems
+from .discovery import discover
+from .model import Config
+from .problems import ConfigError, Location, Problem, Severity
+from .revision import tree_revision
+from .schema import API_VERSION, KINDS, apply_defaults, validate_document
+from .yamlsource import Document, parse_documents, parse_file
+
+__all__ = ["CheckResult", "check_tree", "load"]
+
+TRAINER_API_GROUP = "trainer.kubeflow.org"
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+_DEFAULT_FILES = {"Personas": "personas.yaml", "NetworkProfiles": "profiles.yaml"}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Everything ``mpigate check`` reports about a tree."""
+
+    root: str
+    config: Config | None
+    problems: tuple[Problem, ...]
+    files: tuple[str, ...]
+    documents: int
+    ignored: tuple[str, ...] = field(default=())
+    builtin_defaults: tuple[str, ...] = field(default=())
+
+    @property
+    def errors(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.severity is Severity.ERROR)
+
+    @property
+    def warnings(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.severity is Severity.WARNING)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def _display(path: Path, root: Path) -> str:
+    base = root if root.is_dir() else root.parent
+    try:
+        return path.relative_to(base).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _dispatch(doc: Document, problems: list[Problem], ignored: list[str]) -> Entry | None:
+    data = doc.data
+    where = f"{doc.file}#{doc.index}"
+    if not isinstance(data, dict):
+        problems.append(
+            Problem(
+                doc.locate(()),
+                "(document)",
+                "document is not a mapping; ignored",
+                "document.not-object",
+                Severity.WARNING,
+                "config documents are mappings with apiVersion and kind",
+            )
+        )
+        return None
+    api_version = data.get("apiVersion")
+    kind = data.get("kind")
+    if isinstance(api_version, str) and api_version.split("/")[0] == "mpigate.io":
+        if kind not in KINDS:
+            close = difflib.get_close_matches(str(kind), KINDS, n=1)
+            problems.append(
+                Problem(
+                    doc.locate(("kind",)),
+                    "kind",
+                    f"unknown mpigate kind {kind!r}",
+                    "document.unknown-kind",
+                    hint=f"did you mean {close[0]!r}?" if close else "kinds: " + ", ".join(KINDS),
+                )
+            )
+            return None
+        if api_version != API_VERSION:
+            problems.append(
+                Problem(
+                    doc.locate(("apiVersion",)),
+                    "apiVersion",
+                    f"unsupported apiVersion {api_version!r} for {kind}",
+                    "document.api-version",
+                    hint=f"use apiVersion: {API_VERSION}",
+                )
+            )
+            return None
+        return Entry(kind=str(kind), doc=doc, data=data)
+    if kind in KINDS:
+        problems.append(
+            Problem(
+                doc.locate(("apiVersion",)),
+                "apiVersion",
+                f"{kind} needs apiVersion {API_VERSION}, got {api_version!r}",
+                "document.api-version",
+                hint=f"set apiVersion: {API_VERSION}",
+            )
+        )
+        return None
+    if (
+        isinstance(api_version, str)
+        and api_version.split("/")[0] == TRAINER_API_GROUP
+        and kind in RUNTIME_KINDS
+    ):
+        return Entry(kind=str(kind), doc=doc, data=data)
+    ignored.append(f"{where} ({kind or 'no kind'})")
+    return None
+
+
+def _builtin_entry(kind: str) -> Entry:
+    name = _DEFAULT_FILES[kind]
+    text = resources.files(__package__).joinpath("defaults", name).read_text(encoding="utf-8")
+    docs, problems = parse_documents(text, f"<built-in {name}>")
+    assert docs and not problems, problems
+    return Entry(kind=kind, doc=docs[0], data=apply_defaults(kind, docs[0].data), builtin=True)
+
+
+def check_tree(path: str | Path, *, revision: str | None = None, today: dt.date | None = None) -> CheckResult:
+    """Load and check a tree, collecting every problem instead of raising.
+
+    ``revision`` overrides the computed one (a config bundle carries its own); ``today`` pins the
+    date used for exception expiry (default: today in UTC).
+    """
+    root = Path(path)
+    if not root.exists():
+        problem = Problem(Location(str(path)), "(tree)", "no such file or directory", "io")
+        return CheckResult(str(path), None, (problem,), (), 0)
+    files = discover(root)
+    problems: list[Problem] = []
+    ignored: list[str] = []
+    entries: list[Entry] = []
+    documents = 0
+    for file in files:
+        docs, parse_problems = parse_file(str(file), _display(file, root))
+        problems.extend(parse_problems)
+        for doc in docs:
+            documents += 1
+            entry = _dispatch(doc, problems, ignored)
+            if entry is None:
+                continue
+            if entry.kind in KINDS:
+                schema_problems = validate_document(entry.kind, doc)
+                problems.extend(schema_problems)
+                if schema_problems:
+                    entry = Entry(entry.kind, doc, entry.data, valid=False)
+                else:
+                    entry = Entry(entry.kind, doc, apply_defaults(entry.kind, doc.data))
+            entries.append(entry)
+
+    by_kind: dict[str, list[Entry]] = defaultdict(list)
+    for entry in entries:
+        by_kind[entry.kind].append(entry)
+    builtins = []
+    for kind in _DEFAULT_FILES:
+        if not by_kind.get(kind):
+            by_kind[kind].append(_builtin_entry(kind))
+            builtins.append(kind)
+
+    problems.extend(cross_file_problems(by_kind, root, today))
+    display_files = tuple(_display(f, root) for f in files)
+    has_errors = any(p.severity is Severity.ERROR for p in problems)
+    config = None
+    if not has_errors:
+        config = build_config(
+            by_kind,
+            root=str(root),
+            revision=revision or tree_revision(root, files),
+            files=display_files,
+            warnings=tuple(p for p in problems if p.severity is Severity.WARNING),
+        )
+    return CheckResult(
+        root=str(root),
+        config=config,
+        problems=tuple(sorted(problems, key=Problem.sort_key)),
+        files=display_files,
+        documents=documents,
+        ignored=tuple(ignored),
+        builtin_defaults=tuple(builtins),
+    )
+
+
+def load(path: str | Path, *, revision: str | None = None, today: dt.date | None = None) -> Config:
+    """Load the config tree at ``path`` (a directory or a single multi-document file).
+
+    Returns an immutable :class:`~mpigate.config.model.Config`; raises
+    :class:`~mpigate.config.problems.ConfigError` carrying every problem when the tree has errors.
+    Warnings (e.g. expired exceptions) are kept in ``Config.warnings``.
+    """
+    result = check_tree(path, revision=revision, today=today)
+    if result.config is None:
+        raise ConfigError(result.problems)
+    return result.config

@@ -1,0 +1,418 @@
+"""The typed, immutable config model that every other layer reads.
+
+Built once by :func:`mpigate.config.load`; lookups that the admission path needs on every request
+(namespace → team, rule → mode, runtime by name) are dictionaries prepared at load time, so their
+cost does not grow with the number of teams.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Any, Literal
+
+from mpigate.catalogue import all_rules, expand_rule_pattern, rule_ids
+
+from .problems import Location
+
+__all__ = [
+    "AuditSettings",
+    "Config",
+    "DataClassification",
+    "EgressRule",
+    "Enforcement",
+    "Flavor",
+    "GPUQuota",
+    "ImagePolicy",
+    "LifecyclePolicy",
+    "Members",
+    "Mode",
+    "NetworkProfile",
+    "OrgPolicy",
+    "Persona",
+    "PolicyException",
+    "PolicyTestSuite",
+    "PriorityClass",
+    "Region",
+    "Runtime",
+    "RuntimeApproval",
+    "SecurityPolicy",
+    "Team",
+    "TeamAccess",
+    "TeamNetwork",
+]
+
+Mode = Literal["enforce", "warn", "audit"]
+
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    name: str
+    node_labels: Mapping[str, str]
+    data_locations: tuple[str, ...]
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DataClassification:
+    name: str
+    regions: tuple[str, ...] | None
+    network_profile: str | None
+    require_digest: bool | None
+    controls: tuple[str, ...]
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    name: str
+    value: int
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePolicy:
+    allowed_registries: tuple[str, ...]
+    forbid_latest: bool
+    require_digest: bool
+    mirrors: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityPolicy:
+    level: Literal["privileged", "baseline", "restricted"]
+    version: str
+    inject_defaults: bool
+    forbid_plaintext_secrets: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeApproval:
+    name: str
+    kind: str
+    external: bool
+    teams: tuple[str, ...] | None
+
+    def allows_team(self, team: str) -> bool:
+        return self.teams is None or team in self.teams
+
+
+@dataclass(frozen=True, slots=True)
+class LifecyclePolicy:
+    max_runtime_seconds: int | None
+    default_runtime_seconds: int | None
+    required_labels: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditSettings:
+    sink: str
+    directory: str
+    checkpoint_every: int
+    rotate_max_bytes: int
+    rotate_max_age_seconds: int
+    signing_method: str
+    signing_key_file: str | None
+    otlp_endpoint: str | None
+    otlp_headers: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Enforcement:
+    """Mode per rule: the most specific override wins (exact ID > longer prefix > glob).
+
+    Advisory rules (MPG-Q004, MPG-Q008) never deny: ``enforce`` acts as ``warn`` for them.
+    """
+
+    default: Mode
+    overrides: Mapping[str, Mode]
+    _resolved: Mapping[str, Mode] = field(repr=False, compare=False, default_factory=_empty)
+
+    @staticmethod
+    def build(default: Mode, overrides: Mapping[str, Mode]) -> Enforcement:
+        resolved: dict[str, Mode] = {}
+        for info in all_rules().values():
+            if info.advisory and default == "enforce":
+                resolved[info.id] = "warn"
+        specificity: dict[str, tuple[int, int]] = {}
+        for pattern, mode in overrides.items():
+            exact = pattern in rule_ids()
+            rank = (2 if exact else (0 if any(c in pattern for c in "*?[") else 1), len(pattern))
+            for rule_id in expand_rule_pattern(pattern):
+                if rule_id not in specificity or rank > specificity[rule_id]:
+                    specificity[rule_id] = rank
+                    advisory = all_rules()[rule_id].advisory
+                    resolved[rule_id] = "warn" if advisory and mode == "enforce" else mode
+        return Enforcement(default, MappingProxyType(dict(overrides)), MappingProxyType(resolved))
+
+    def mode_for(self, rule_id: str) -> Mode:
+        return self._resolved.get(rule_id, self.default)
+
+
+@dataclass(frozen=True, slots=True)
+class OrgPolicy:
+    name: str
+    unmanaged_namespaces: Literal["allow", "deny"]
+    security: SecurityPolicy
+    images: ImagePolicy
+    runtimes: tuple[RuntimeApproval, ...]
+    mpi_implementations: tuple[str, ...]
+    regions: Mapping[str, Region]
+    data_classifications: Mapping[str, DataClassification]
+    priority_classes: Mapping[str, PriorityClass]
+    lifecycle: LifecyclePolicy
+    audit: AuditSettings
+    enforcement: Enforcement
+    source: Location
+
+    def runtime_approval(self, name: str, kind: str) -> RuntimeApproval | None:
+        for approval in self.runtimes:
+            if approval.name == name and approval.kind == kind:
+                return approval
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Flavor:
+    name: str
+    region: str
+    gpu_resource: str
+    gpus_per_node: int
+    capacity: int | None
+    node_labels: Mapping[str, str]
+    tolerations: tuple[Mapping[str, Any], ...]
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GPUQuota:
+    flavor: str
+    nominal: int
+    borrowing_limit: int
+    lending_limit: int | None
+
+    @property
+    def ceiling(self) -> int:
+        """GPUs the team can ever hold on this flavor: nominal + borrowing."""
+        return self.nominal + self.borrowing_limit
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    name: str
+    namespaces: tuple[str, ...]
+    region: str
+    cohort: str | None
+    gpus: Mapping[str, GPUQuota]
+    cpu: str | None
+    memory: str | None
+    cpu_value: Fraction | None
+    memory_value: Fraction | None
+    pods: int | None
+    max_concurrent_jobs: int
+    max_nodes_per_job: int
+    queues: tuple[str, ...]
+    priority_classes: tuple[str, ...]
+    fair_share_weight: float
+    contact: str
+    required_labels: tuple[str, ...]
+    data_classifications: tuple[str, ...] | None
+    runtimes: tuple[str, ...] | None
+    source: Location
+    description: str = ""
+
+    @property
+    def default_queue(self) -> str:
+        return self.queues[0]
+
+    @property
+    def default_priority_class(self) -> str | None:
+        return self.priority_classes[0] if self.priority_classes else None
+
+
+@dataclass(frozen=True, slots=True)
+class Persona:
+    name: str
+    description: str
+    kueue: Literal["none", "batch-user", "batch-admin"]
+    rules: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Members:
+    users: tuple[str, ...]
+    groups: tuple[str, ...]
+    service_accounts: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TeamAccess:
+    name: str
+    team: str
+    members: Mapping[str, Members]
+    source: Location
+
+    @property
+    def service_accounts(self) -> frozenset[str]:
+        return frozenset(sa for m in self.members.values() for sa in m.service_accounts)
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkProfile:
+    name: str
+    mode: Literal["isolated", "pinned-ports"]
+    ssh_port: int
+    btl_port_min: int
+    btl_port_range: int
+    oob_port_min: int
+    oob_port_max: int
+    description: str = ""
+
+    @property
+    def openmpi_env(self) -> tuple[tuple[str, str], ...]:
+        """The OpenMPI MCA environment that confines its TCP traffic (pinned-ports only)."""
+        if self.mode != "pinned-ports":
+            return ()
+        return (
+            ("OMPI_MCA_btl_tcp_port_min_v4", str(self.btl_port_min)),
+            ("OMPI_MCA_btl_tcp_port_range_v4", str(self.btl_port_range)),
+            ("OMPI_MCA_oob_tcp_static_ipv4_ports", f"{self.oob_port_min}-{self.oob_port_max}"),
+            ("OMPI_MCA_btl_tcp_disable_family", "6"),
+            ("OMPI_MCA_oob_tcp_disable_family", "IPv6"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EgressRule:
+    cidr: str
+    except_: tuple[str, ...]
+    ports: tuple[int, ...]
+    protocol: str
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TeamNetwork:
+    team: str
+    profile: str
+    egress_lists: tuple[str, ...]
+    egress: tuple[EgressRule, ...]
+    source: Location | None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyException:
+    name: str
+    team: str
+    rules: tuple[str, ...]
+    rule_ids: frozenset[str]
+    trainjob_names: tuple[str, ...] | None
+    namespaces: tuple[str, ...] | None
+    labels: Mapping[str, str]
+    justification: str
+    approver: str
+    ticket: str
+    expires: dt.date
+    source: Location
+
+    def active_on(self, day: dt.date) -> bool:
+        """An exception applies up to and including its ``expires`` day (UTC)."""
+        return day <= self.expires
+
+    def matches(self, namespace: str, name: str, labels: Mapping[str, str]) -> bool:
+        if self.namespaces is not None and namespace not in self.namespaces:
+            return False
+        if self.trainjob_names is not None and not any(
+            fnmatch.fnmatchcase(name, pattern) for pattern in self.trainjob_names
+        ):
+            return False
+        return all(labels.get(k) == v for k, v in self.labels.items())
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyTestSuite:
+    name: str
+    file: str
+    absolute_file: str
+    now: str | None
+    cases: tuple[Mapping[str, Any], ...]
+    case_locations: tuple[Location, ...]
+    source: Location
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """A Trainer (Cluster)TrainingRuntime kept in the config tree (the manifest is frozen)."""
+
+    kind: str
+    name: str
+    namespace: str | None
+    manifest: Mapping[str, Any]
+    source: Location
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """A validated config tree. Immutable; share it freely between threads and requests."""
+
+    root: str
+    revision: str
+    org: OrgPolicy
+    flavors: Mapping[str, Flavor]
+    cohorts: tuple[str, ...]
+    teams: Mapping[str, Team]
+    personas: Mapping[str, Persona]
+    access: Mapping[str, TeamAccess]
+    network_profiles: Mapping[str, NetworkProfile]
+    default_network_profile: str
+    egress_lists: Mapping[str, tuple[EgressRule, ...]]
+    team_networks: Mapping[str, TeamNetwork]
+    exceptions: tuple[PolicyException, ...]
+    tests: tuple[PolicyTestSuite, ...]
+    runtimes: Mapping[tuple[str, str | None, str], Runtime]
+    files: tuple[str, ...]
+    warnings: tuple[Any, ...] = ()
+    _team_by_namespace: Mapping[str, str] = field(repr=False, compare=False, default_factory=_empty)
+    _exceptions_by_team: Mapping[str, tuple[PolicyException, ...]] = field(
+        repr=False, compare=False, default_factory=_empty
+    )
+
+    def team_for_namespace(self, namespace: str) -> Team | None:
+        """The team that owns ``namespace`` (O(1)), or None."""
+        name = self._team_by_namespace.get(namespace)
+        return self.teams[name] if name is not None else None
+
+    def runtime(self, kind: str, name: str, namespace: str | None = None) -> Runtime | None:
+        """A runtime in the tree: ``TrainingRuntime`` is looked up in ``namespace``."""
+        key_ns = namespace if kind == "TrainingRuntime" else None
+        return self.runtimes.get((kind, key_ns, name))
+
+    def network_for(self, team: str) -> TeamNetwork:
+        """The team's network settings (the default profile when it has no TeamNetwork)."""
+        found = self.team_networks.get(team)
+        if found is not None:
+            return found
+        return TeamNetwork(team, self.default_network_profile, (), (), None)
+
+    def network_profile_for(self, team: str) -> NetworkProfile:
+        return self.network_profiles[self.network_for(team).profile]
+
+    def exceptions_for(self, team: str) -> tuple[PolicyException, ...]:
+        return self._exceptions_by_team.get(team, ())
+
+    def service_accounts_of(self, team: str) -> frozenset[str]:
+        access = self.access.get(team)
+        return access.service_accounts if access else frozenset()
+
+    def max_gpus(self, team: str, resource: str) -> int:
+        """GPUs of ``resource`` the team can ever be admitted: Σ (nominal + borrowing) over its flavors."""
+        t = self.teams[team]
+        return sum(q.ceiling for q in t.gpus.values() if self.flavors[q.flavor].gpu_resource == resource)

@@ -1,0 +1,1 @@
+"""The in-cluster controller (kopf): per-job NetworkPolicy, lifecycle and residency evidence."""

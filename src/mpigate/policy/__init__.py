@@ -1,0 +1,1 @@
+"""The rule catalogue's checks: pure evaluation of TrainJobs and runtimes into a ``Decision``."""

@@ -1,0 +1,1 @@
+"""Rendering the config tree into Kubernetes manifests through Jinja2 templates."""

@@ -1,0 +1,1 @@
+"""Compliance reports from audit exports."""

@@ -1,0 +1,1 @@
+"""The TrainJob domain: effective pod specs of each replicated job and demand arithmetic."""

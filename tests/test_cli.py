@@ -1,0 +1,155 @@
+"""Every command through click's runner (in process) plus one real subprocess run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mpigate.cli import cli
+from mpigate.config import KINDS, check_tree
+from tests.conftest import FIXTURES, REPO
+
+BASE = FIXTURES / "config" / "base"
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def test_check_ok_text(runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["check", str(REPO)])
+    assert result.exit_code == 0, result.output
+    assert "ok: 3 teams (cv-team, nlp-team, research-team)" in result.output
+    assert "0 errors" in result.output
+
+
+def test_check_json(runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["check", str(BASE), "-o", "json"])
+    data = json.loads(result.output)
+    assert result.exit_code == 0
+    assert data["ok"] is True and data["teams"] == ["alpha", "beta"]
+    assert data["builtinDefaults"] == ["Personas"]
+    assert data["problems"] == [] or all(p["severity"] == "warning" for p in data["problems"])
+
+
+def test_check_problems_exit_1_with_locations(runner: CliRunner, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    shutil.copytree(BASE, root)
+    quota = root / "quotas" / "beta.yaml"
+    quota.write_text(quota.read_text().replace("nominal: 4", 'nominal: "4"'))
+    result = runner.invoke(cli, ["check", str(root)])
+    assert result.exit_code == 1
+    assert (
+        'quotas/beta.yaml:9:23: spec.gpus.gpu-us.nominal: expected an integer, got string "4"'
+        in result.output
+    )
+    data = json.loads(runner.invoke(cli, ["check", str(root), "-o", "json"]).output)
+    assert data["ok"] is False
+    assert data["problems"][0]["line"] == 9 and data["problems"][0]["code"] == "schema.type"
+
+
+def test_check_yaml_output(runner: CliRunner) -> None:
+    import yaml
+
+    result = runner.invoke(cli, ["check", str(BASE), "-o", "yaml"])
+    assert yaml.safe_load(result.output)["teams"] == ["alpha", "beta"]
+
+
+def test_check_missing_path_is_usage_error(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(cli, ["check", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output
+
+
+def test_check_strict_fails_on_warnings(runner: CliRunner, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    shutil.copytree(BASE, root)
+    (root / "rbac" / "beta.yaml").unlink()  # → warning: team without access
+    assert runner.invoke(cli, ["check", str(root)]).exit_code == 0
+    assert runner.invoke(cli, ["check", str(root), "--strict"]).exit_code == 1
+
+
+def test_init_new_tree_passes_check(runner: CliRunner, tmp_path: Path) -> None:
+    target = tmp_path / "org"
+    result = runner.invoke(cli, ["init", str(target), "--org", "acme", "--team", "vision"])
+    assert result.exit_code == 0, result.output
+    checked = check_tree(target)
+    assert checked.problems == ()
+    assert checked.config is not None
+    assert list(checked.config.teams) == ["vision"]
+    assert checked.config.org.name == "acme"
+    assert checked.builtin_defaults == ()  # personas and profiles are written out
+    assert (target / "CODEOWNERS").is_file()
+    assert "# " in (target / "policies" / "org.yaml").read_text()  # commented starter
+
+
+def test_init_adds_a_team(runner: CliRunner, tmp_path: Path) -> None:
+    target = tmp_path / "org"
+    assert runner.invoke(cli, ["init", str(target)]).exit_code == 0
+    result = runner.invoke(cli, ["init", str(target), "--team", "speech", "--namespace", "speech-prod"])
+    assert result.exit_code == 0, result.output
+    config = check_tree(target).config
+    assert config is not None
+    assert sorted(config.teams) == ["ml-team", "speech"]
+    assert config.team_for_namespace("speech-prod").name == "speech"
+    assert config.access["speech"].members
+    again = runner.invoke(cli, ["init", str(target), "--team", "speech"])
+    assert again.exit_code == 1 and "already exists" in again.output
+    bad = runner.invoke(cli, ["init", str(target), "--team", "Bad_Name"])
+    assert bad.exit_code == 1 and "DNS-1123" in bad.output
+    clash = runner.invoke(cli, ["init", str(target), "--team", "other", "--namespace", "ml-team"])
+    assert clash.exit_code == 1 and "already belongs to team 'ml-team'" in clash.output
+
+
+def test_init_refuses_to_overwrite(runner: CliRunner, tmp_path: Path) -> None:
+    target = tmp_path / "org"
+    assert runner.invoke(cli, ["init", str(target)]).exit_code == 0
+    result = runner.invoke(cli, ["init", str(target)])
+    assert result.exit_code == 1 and "already holds a config tree" in result.output
+
+
+def test_init_example_copies_the_example_org(runner: CliRunner, tmp_path: Path) -> None:
+    target = tmp_path / "demo"
+    result = runner.invoke(cli, ["init", str(target), "--example"])
+    assert result.exit_code == 0, result.output
+    config = check_tree(target).config
+    assert config is not None and sorted(config.teams) == ["cv-team", "nlp-team", "research-team"]
+    assert (target / "examples" / "trainjobs" / "llm-finetune.yaml").is_file()
+
+
+def test_schema_command(runner: CliRunner) -> None:
+    listed = runner.invoke(cli, ["schema", "--list"])
+    assert listed.output.split() == list(KINDS)
+    result = runner.invoke(cli, ["schema", "teamquota"])
+    schema = json.loads(result.output)
+    assert schema["title"] == "TeamQuota"
+    assert "$defs" in schema
+    bad = runner.invoke(cli, ["schema", "Nope"])
+    assert bad.exit_code == 2
+
+
+def test_every_command_has_help_with_an_example(runner: CliRunner) -> None:
+    for name, command in cli.commands.items():
+        if hasattr(command, "commands"):
+            subs = [(f"{name} {s}", [name, s]) for s in command.commands]  # type: ignore[attr-defined]
+        else:
+            subs = [(name, [name])]
+        for label, args in subs:
+            result = runner.invoke(cli, [*args, "--help"])
+            assert result.exit_code == 0, label
+            assert "mpigate " in result.output.split("Options:")[0], f"{label} --help shows no example"
+
+
+def test_version_and_module_entry() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mpigate", "--version"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0
+    assert done.stdout.startswith("mpigate, version ")
