@@ -230,6 +230,10 @@ def test_configmap_style_mount(tmp_path: Path) -> None:
     config = load(mount, revision="bundle-rev", today=TODAY)
     assert sorted(config.teams) == ["alpha", "beta"]
     assert config.revision == "bundle-rev"
+    # the bundle's own revision file (a hidden ConfigMap key) is used when no override is given
+    (data / ".mpigate-revision").write_text("0123abc\n")
+    (mount / ".mpigate-revision").symlink_to(Path("..data") / ".mpigate-revision")
+    assert load(mount, today=TODAY).revision == "0123abc"
 
 
 def test_example_org_at_repo_root_is_valid() -> None:

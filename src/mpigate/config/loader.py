@@ -24,6 +24,16 @@ __all__ = ["CheckResult", "check_tree", "load"]
 TRAINER_API_GROUP = "trainer.kubeflow.org"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 _DEFAULT_FILES = {"Personas": "personas.yaml", "NetworkProfiles": "profiles.yaml"}
+# A config bundle (the ConfigMap the webhook mounts) carries the revision it was rendered from.
+REVISION_FILE = ".mpigate-revision"
+
+
+def _bundle_revision(root: Path) -> str | None:
+    try:
+        text = (root / REVISION_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return text or None
 
 
 @dataclass(frozen=True)
@@ -133,7 +143,8 @@ def _builtin_entry(kind: str) -> Entry:
 def check_tree(path: str | Path, *, revision: str | None = None, today: dt.date | None = None) -> CheckResult:
     """Load and check a tree, collecting every problem instead of raising.
 
-    ``revision`` overrides the computed one (a config bundle carries its own); ``today`` pins the
+    ``revision`` overrides the computed one; otherwise a directory with a ``.mpigate-revision``
+    file (a rendered config bundle) uses the revision written there. ``today`` pins the
     date used for exception expiry (default: today in UTC).
     """
     root = Path(path)
@@ -179,7 +190,9 @@ def check_tree(path: str | Path, *, revision: str | None = None, today: dt.date 
         config = build_config(
             by_kind,
             root=str(root),
-            revision=revision or tree_revision(root, files),
+            revision=revision
+            or (_bundle_revision(root) if root.is_dir() else None)
+            or tree_revision(root, files),
             files=display_files,
             warnings=tuple(p for p in problems if p.severity is Severity.WARNING),
         )
