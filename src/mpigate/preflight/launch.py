@@ -69,6 +69,7 @@ def launch_environment(
     *,
     transport: Transport = "tcp",
     base: Mapping[str, str] | None = None,
+    extra: Sequence[tuple[str, str]] = (),
 ) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
     """The environment for mpirun and the (name, value) pairs mpigate set in it.
 
@@ -79,6 +80,7 @@ def launch_environment(
     injected: list[tuple[str, str]] = []
     if profile is not None:
         injected.extend(profile.openmpi_env)
+    injected.extend(extra)
     if transport == "tcp":
         injected.append(("OMPI_MCA_btl", "self,tcp"))
     if os.geteuid() == 0:
@@ -183,16 +185,18 @@ def run_local(
     timeout: float = 120.0,
     sample_interval: float = 0.02,
     python: str = sys.executable,
+    extra_env: Sequence[tuple[str, str]] = (),
 ) -> LocalRun:
     """Run the preflight under mpirun with ``profile``'s environment while sampling its TCP sockets.
 
     ``judge`` is the profile whose ranges the sockets are judged against (default: ``profile``;
     pass the pinned profile with ``profile=None`` to see what an unpinned run would do). ``pods``
     > 0 spreads the ranks over that many virtual pods (network namespaces, root only).
+    ``extra_env`` adds variables after the profile's (to try other parameter sets).
     """
     settings = settings or PreflightSettings(hold=1.0)
     judge = judge if judge is not None else profile
-    env, injected = launch_environment(profile, transport=transport)
+    env, injected = launch_environment(profile, transport=transport, extra=extra_env)
     problems: list[str] = []
     with _maybe_pods(pods, np) as virtual:
         extra = virtual.mpirun_args() if virtual else []
