@@ -62,7 +62,9 @@ def test_pinned_env_confines_every_port(pinned: NetworkProfile) -> None:
     rank_listeners = [v.socket for v in network_listeners if v.socket.process != "mpirun"]
     # Every rank holds an IPv4 and an IPv6 BTL listener, all inside the BTL range.
     assert {(s.pid, s.family) for s in rank_listeners} == {
-        (r.pid, fam) for r in run.report.ranks for fam in ("ipv4", "ipv6")  # type: ignore[union-attr]
+        (r.pid, fam)
+        for r in run.report.ranks
+        for fam in ("ipv4", "ipv6")  # type: ignore[union-attr]
     }
     assert all(btl_low <= s.local_port <= btl_high for s in rank_listeners), _describe(run)
     # mpirun's OOB listens on the first static port only; its IPv6 twin collides with it and is gone.
@@ -88,6 +90,7 @@ def test_pinned_env_confines_every_port(pinned: NetworkProfile) -> None:
     }
 
 
+@pytest.mark.slow
 def test_without_env_openmpi_uses_ports_outside_the_ranges(pinned: NetworkProfile) -> None:
     run = run_local(4, None, judge=pinned, settings=SETTINGS, timeout=60)
 
@@ -109,6 +112,7 @@ def _assert_preflight_passed_except_ports(run: LocalRun) -> None:
     assert {c.status for r in run.report.ranks for c in r.checks if c.name == "ports"} == {"skip"}
 
 
+@pytest.mark.slow
 def test_ipv4_only_pinning_leaves_ipv6_listeners_open(pinned: NetworkProfile) -> None:
     run = run_local(4, None, judge=pinned, settings=SETTINGS, timeout=60, extra_env=FIRST_PROPOSAL)
 
@@ -126,6 +130,7 @@ def test_ipv4_only_pinning_leaves_ipv6_listeners_open(pinned: NetworkProfile) ->
     assert {v.socket.process for v in outside} == {"mpirun", "python"}
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("netns")
 def test_pinned_env_across_virtual_pods(pinned: NetworkProfile) -> None:
     """mpirun in the root namespace, orted + 2 ranks in each of 2 namespaces reached via an

@@ -72,7 +72,9 @@ def _decode_address(hex_address: str, family: Family) -> str:
     words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
     if family == "ipv4":
         return str(ipaddress.IPv4Address(words))
-    return str(ipaddress.IPv6Address(words))
+    address = ipaddress.IPv6Address(words)
+    # A dual-stack socket's IPv4 peer shows up as ::ffff:a.b.c.d; it is IPv4 traffic.
+    return str(address.ipv4_mapped) if address.ipv4_mapped else str(address)
 
 
 def parse_tcp_table(text: str, family: Family) -> list[TcpEntry]:
