@@ -70,6 +70,7 @@ def launch_environment(
     transport: Transport = "tcp",
     base: Mapping[str, str] | None = None,
     extra: Sequence[tuple[str, str]] = (),
+    oversubscribed: bool = False,
 ) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
     """The environment for mpirun and the (name, value) pairs mpigate set in it.
 
@@ -83,6 +84,11 @@ def launch_environment(
     injected.extend(extra)
     if transport == "tcp":
         injected.append(("OMPI_MCA_btl", "self,tcp"))
+    if oversubscribed:
+        # More ranks than cores: busy-polling ranks would starve each other (milliseconds of
+        # "latency"). mpirun yields by itself only when its own slot count says oversubscribed,
+        # which virtual pods hide.
+        injected.append(("OMPI_MCA_mpi_yield_when_idle", "1"))
     if os.geteuid() == 0:
         # mpirun refuses root without both (containers and CI run as root).
         injected += [("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")]
@@ -196,7 +202,9 @@ def run_local(
     """
     settings = settings or PreflightSettings(hold=1.0)
     judge = judge if judge is not None else profile
-    env, injected = launch_environment(profile, transport=transport, extra=extra_env)
+    env, injected = launch_environment(
+        profile, transport=transport, extra=extra_env, oversubscribed=np > (os.cpu_count() or 1)
+    )
     problems: list[str] = []
     with _maybe_pods(pods, np) as virtual:
         extra = virtual.mpirun_args() if virtual else []
