@@ -20,6 +20,7 @@ from mpigate.preflight import (
     run_local,
     virtual_pods_unavailable,
 )
+from mpigate.preflight.checks import PINNED_ENV_PREFIXES
 
 from ._output import OUTPUT_OPTION, dump, echo_problems
 
@@ -282,11 +283,17 @@ def _local(
 
 def _render_local(run: LocalRun, profile_name: str, unpinned: bool) -> str:
     lines = [f"$ {' '.join(run.argv)}"]
-    env_note = "none (--unpinned)" if unpinned else ""
+    pinned = [f"{k}={v}" for k, v in run.injected if k.startswith(PINNED_ENV_PREFIXES)]
+    harness = [
+        f"{k}={v}"
+        for k, v in run.injected
+        if k.startswith("OMPI_MCA_") and not k.startswith(PINNED_ENV_PREFIXES)
+    ]
     lines.append(
-        f"profile {profile_name}; environment: "
-        + (env_note or " ".join(f"{k}={v}" for k, v in run.injected if k.startswith("OMPI_MCA_")))
+        f"profile {profile_name} environment: " + ("none (--unpinned)" if unpinned else " ".join(pinned))
     )
+    if harness:
+        lines.append("local run settings: " + " ".join(harness))
     if run.pods:
         lines.append(f"virtual pods: {', '.join(run.pods)}")
     lines.append("")

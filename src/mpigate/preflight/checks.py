@@ -31,7 +31,12 @@ DEFAULT_SIZES: tuple[int, ...] = (8, 1 << 10, 64 << 10, 1 << 20)
 # Large enough to cross OpenMPI's TCP eager limit (64 KiB), so that the rendezvous protocol is used.
 ALLREDUCE_ELEMENTS = 1 << 15
 SHIFT_BYTES = 1 << 20
-PINNED_ENV_PREFIXES = ("OMPI_MCA_btl_tcp_port", "OMPI_MCA_oob_tcp_static", "OMPI_MCA_btl_tcp_disable")
+PINNED_ENV_PREFIXES = (
+    "OMPI_MCA_btl_tcp_port",
+    "OMPI_MCA_btl_tcp_disable",
+    "OMPI_MCA_oob_tcp_static",
+    "OMPI_MCA_oob_tcp_disable",
+)
 
 
 @dataclass(frozen=True, slots=True)
