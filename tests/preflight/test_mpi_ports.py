@@ -8,6 +8,8 @@ lies in the pinned ranges; without it, OpenMPI uses ports outside them (so the f
 from __future__ import annotations
 
 import ipaddress
+import time
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +174,25 @@ def test_failed_check_fails_the_run(pinned: NetworkProfile) -> None:
     assert (rank, check.name) == (1, "pingpong")
     assert "bandwidth" in check.detail and "< 1e+12 MB/s" in check.detail
     assert not run.ok
+
+
+def test_a_hung_job_is_killed_with_all_its_processes(pinned: NetworkProfile) -> None:
+    stuck = PreflightSettings(sizes=(8,), iterations=1, hold=60)
+    run = run_local(2, pinned, settings=stuck, timeout=2)
+
+    assert run.timed_out and not run.ok
+    assert run.problems[0] == "mpirun did not finish within 2 s and was killed"
+    assert {"mpirun", "python"} <= set(run.processes.values())
+    deadline = time.monotonic() + 1  # SIGKILL takes effect at once; ranks left alone live on
+    while (alive := [pid for pid in run.processes if _running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert alive == []
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (orphans wait for PID 1 to reap them)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"

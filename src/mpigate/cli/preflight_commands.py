@@ -221,24 +221,33 @@ def _trainjob(
 
 
 def _in_job(settings: PreflightSettings, output: str) -> None:
-    reason = mpi_unavailable_here()
+    reason = _mpi_unavailable_here()
     if reason:
         click.secho(f"error: {reason}", fg="red", err=True)
         sys.exit(EXIT_USAGE)
-    from mpigate.preflight.checks import run_preflight
+    from mpigate.preflight.checks import abort_job, run_preflight
 
-    report, ok = run_preflight(settings=settings)
+    try:
+        report, ok = run_preflight(settings=settings)
+    except Exception as exc:
+        # One rank dying quietly would leave the others blocked in a collective until the job's
+        # deadline: take the whole job down with a clear message instead.
+        click.secho(f"error: preflight failed on this rank: {exc!r}", fg="red", err=True)
+        abort_job(EXIT_FAILED)
+        raise
     if report is not None:  # rank 0 speaks for all
         click.echo(render_text(report) if output == "text" else dump(report.to_dict(), output), nl=False)
     sys.exit(EXIT_OK if ok else EXIT_FAILED)
 
 
-def mpi_unavailable_here() -> str | None:
-    """Inside a rank: can mpi4py be imported (without starting a second interpreter)?"""
+def _mpi_unavailable_here() -> str | None:
+    """Inside a rank: can mpi4py load an MPI library (without starting a second interpreter)?"""
     try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return "mpi4py is not installed (pip install 'mpigate[mpi]')"
+        import mpi4py.MPI  # noqa: F401
+    except ImportError as exc:
+        return f"mpi4py is not installed ({exc}); pip install 'mpigate[mpi]'"
+    except RuntimeError as exc:
+        return f"mpi4py cannot load an MPI library: {exc}"
     return None
 
 

@@ -14,7 +14,7 @@ Nothing here imports mpi4py at module level: only a rank needs an MPI library.
 
 from .checks import DEFAULT_SIZES, PreflightSettings, run_preflight
 from .confinement import RANGE_NAMES, ConfinementReport, PortRanges, SocketVerdict, analyse, parse_port_list
-from .launch import LocalRun, launch_environment, mpi_unavailable, mpirun_command, openmpi_version, run_local
+from .launch import LocalRun, launch_environment, mpi_unavailable, mpirun_command, run_local
 from .netns import VirtualPods, VirtualPodsError, virtual_pods_unavailable
 from .portwatch import ObservedSocket, PortSampler, parse_tcp_table, process_tree, sample_once
 from .report import CheckResult, PingPong, PreflightReport, RankReport, format_bytes, render_text
@@ -43,7 +43,6 @@ __all__ = [
     "launch_environment",
     "mpi_unavailable",
     "mpirun_command",
-    "openmpi_version",
     "parse_port_list",
     "parse_tcp_table",
     "process_tree",

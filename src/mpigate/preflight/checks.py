@@ -25,7 +25,7 @@ from .report import CheckResult, PingPong, PreflightReport, RankReport
 if TYPE_CHECKING:
     from mpi4py.MPI import Intracomm
 
-__all__ = ["DEFAULT_SIZES", "PreflightSettings", "run_preflight"]
+__all__ = ["DEFAULT_SIZES", "PINNED_ENV_PREFIXES", "PreflightSettings", "abort_job", "run_preflight"]
 
 DEFAULT_SIZES: tuple[int, ...] = (8, 1 << 10, 64 << 10, 1 << 20)
 # Large enough to cross OpenMPI's TCP eager limit (64 KiB), so that the rendezvous protocol is used.
@@ -262,3 +262,10 @@ def run_preflight(
         ok = report.ok
     ok = bool(comm.bcast(ok, root=0))
     return report, ok
+
+
+def abort_job(code: int) -> None:
+    """End every rank of the job (MPI_Abort on COMM_WORLD) with ``code``."""
+    from mpi4py import MPI
+
+    MPI.COMM_WORLD.Abort(code)

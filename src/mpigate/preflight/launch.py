@@ -8,6 +8,7 @@ judges them against the profile's ranges (``confinement.analyse``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from mpigate.config.model import NetworkProfile
 from .checks import PreflightSettings
 from .confinement import ConfinementReport, PortRanges, analyse
 from .netns import VirtualPods
-from .portwatch import ObservedSocket, PortSampler
+from .portwatch import ObservedSocket, PortSampler, process_tree
 from .report import PreflightReport
 
 __all__ = [
@@ -33,7 +34,6 @@ __all__ = [
     "launch_environment",
     "mpi_unavailable",
     "mpirun_command",
-    "openmpi_version",
     "run_local",
 ]
 
@@ -53,15 +53,6 @@ def mpi_unavailable(python: str = sys.executable) -> str | None:
         last = (probe.stderr.strip().splitlines() or ["?"])[-1]
         return f"mpi4py cannot load an MPI library ({last}); pip install 'mpigate[mpi]'"
     return None
-
-
-def openmpi_version() -> str | None:
-    """``4.1.4`` from ``ompi_info --version`` (None when absent or not Open MPI)."""
-    if shutil.which("ompi_info") is None:
-        return None
-    out = subprocess.run(["ompi_info", "--version"], capture_output=True, text=True, check=False).stdout
-    first = out.strip().splitlines()[0] if out.strip() else ""
-    return first.rsplit("v", 1)[-1] if first.startswith("Open MPI v") else None
 
 
 def launch_environment(
@@ -219,7 +210,7 @@ def run_local(
                 stdout, stderr = proc.communicate(timeout=timeout)
                 returncode: int | None = proc.returncode
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)  # mpirun, orted and ranks share the session
+                _kill_tree(proc.pid)
                 stdout, stderr = proc.communicate()
                 returncode = None
                 problems.append(f"mpirun did not finish within {timeout:g} s and was killed")
@@ -245,6 +236,14 @@ def run_local(
         pods=addresses,
         problems=tuple(problems),
     )
+
+
+def _kill_tree(root: int) -> None:
+    """SIGKILL mpirun and every descendant: ORTE puts ranks in process groups of their own, so
+    killing mpirun's group alone leaves them running until they notice mpirun is gone."""
+    for pid in sorted(process_tree(root), reverse=True):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 class _NoPods:
