@@ -24,3 +24,21 @@ sed -i 's/team: cv-team/team: cv-teem/' build/demo-broken/rbac/cv-team.yaml
 sed -i 's/namespaces: \[research\]/namespaces: [research, nlp-team]/' build/demo-broken/quotas/research-team.yaml
 if mpigate check build/demo-broken; then echo "unexpected: the broken tree passed"; exit 1; fi
 echo "(exit status 1: the pull request's CI job fails with every problem listed)"
+
+step "4. The pinned-ports profile with real OpenMPI: preflight under mpirun, every TCP port observed"
+mpigate preflight --local -np 4 --profile pinned-ports --config .
+
+step "5. The same job without the pinned environment (what the NetworkPolicy would block)"
+if mpigate preflight --local -np 4 --unpinned --config . -o json >build/demo-unpinned.json; then
+  echo "unexpected: the unpinned run stayed inside the pinned ranges"; exit 1
+fi
+python3 -c '
+import json
+run = json.load(open("build/demo-unpinned.json"))
+outside = run["ports"]["violations"]
+listeners = sorted({(v["process"], v["family"], v["local"]) for v in outside if v["kind"] == "listener"})
+verdict = run["preflight"]["verdict"]
+print(f"preflight verdict {verdict}, but {len(outside)} sockets outside the pinned ranges, e.g.:")
+for process, family, local in listeners[:6]:
+    print(f"  {process:7} {family} LISTEN {local}")
+'
