@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -197,7 +198,12 @@ def run_local(
         profile, transport=transport, extra=extra_env, oversubscribed=np > (os.cpu_count() or 1)
     )
     problems: list[str] = []
-    with _maybe_pods(pods, np) as virtual:
+    # A private ORTE session directory per run: concurrent mpiruns on one machine (parallel test
+    # runs, CI jobs) otherwise share /tmp/ompi.<host>.<uid> and can clean up each other's
+    # session ("orte_session_dir failed").
+    session = tempfile.TemporaryDirectory(prefix="mpigate-ompi-")
+    env["OMPI_MCA_orte_tmpdir_base"] = session.name
+    with session, _maybe_pods(pods, np) as virtual:
         extra = virtual.mpirun_args() if virtual else []
         argv = mpirun_command(np, preflight_program(settings, python), extra=extra)
         log.info("running %s", " ".join(argv))
