@@ -54,7 +54,11 @@ def build_demand(resolution: Resolution, known_gpus: Collection[str], region: st
         if mem is not None:
             total_mem += mem * job.pods
             have_mem = True
-        hosts_ranks = ml is not None and ml.mpi and (job.name == NODE or (job.name == LAUNCHER and ml.run_launcher_as_node))
+        hosts_ranks = (
+            ml is not None
+            and ml.mpi
+            and (job.name == NODE or (job.name == LAUNCHER and ml.run_launcher_as_node))
+        )
         jobs.append(
             JobDemand(
                 name=job.name,

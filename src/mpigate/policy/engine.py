@@ -47,7 +47,16 @@ from .context import (
     as_str,
     labels_of,
 )
-from .decision import AdmissionInput, AppliedException, Decision, Demand, JobDemand, LiveContext, Mode, Violation
+from .decision import (
+    AdmissionInput,
+    AppliedException,
+    Decision,
+    Demand,
+    JobDemand,
+    LiveContext,
+    Mode,
+    Violation,
+)
 from .demand import build_demand, gpu_resources, is_gpu
 from .findings import Finding, short_warning
 from .jsonpatch import diff
@@ -105,7 +114,8 @@ def evaluate(
             name=request.name,
             team=None,
             revision=config.revision,
-            message=f"mpigate could not evaluate {request.kind} {request.namespace}/{request.name}: internal error "
+            message=f"mpigate could not evaluate {request.kind} {request.namespace}/{request.name}: "
+            "internal error "
             "(logged); denied to fail closed",
         )
 
@@ -124,7 +134,9 @@ def _identity(request: AdmissionInput, obj: Mapping[str, Any]) -> tuple[str, str
     return namespace, name
 
 
-def _trainjob(config: Config, request: AdmissionInput, live: LiveContext | None, now: dt.datetime) -> Decision:
+def _trainjob(
+    config: Config, request: AdmissionInput, live: LiveContext | None, now: dt.datetime
+) -> Decision:
     obj = _object(request) if request.obj is not None else as_mapping(request.old_obj)
     namespace, name = _identity(request, obj)
     team = config.team_for_namespace(namespace) if namespace else None
@@ -137,9 +149,11 @@ def _trainjob(config: Config, request: AdmissionInput, live: LiveContext | None,
             Finding(
                 "MPG-TEAM-001",
                 "metadata.namespace",
-                f"namespace {namespace or '(none)'} belongs to no team; this org admits TrainJobs only in team "
+                f"namespace {namespace or '(none)'} belongs to no team; this org admits TrainJobs "
+                "only in team "
                 "namespaces (managedNamespaces.unmanaged: deny).",
-                f"Create the TrainJob in your team's namespace, or ask the platform team to add {namespace or 'it'} "
+                "Create the TrainJob in your team's namespace, or ask the platform team to add "
+                f"{namespace or 'it'} "
                 "to a TeamQuota's spec.namespaces.",
                 f"namespace {namespace or '(none)'} belongs to no team",
             )
@@ -169,7 +183,17 @@ def _trainjob(config: Config, request: AdmissionInput, live: LiveContext | None,
 
     exceptions = config.exceptions_for(team.name) if team else ()
     return _decide(
-        config, request, namespace, name, team, findings, patch, demand, exceptions, ctx.labels, now,
+        config,
+        request,
+        namespace,
+        name,
+        team,
+        findings,
+        patch,
+        demand,
+        exceptions,
+        ctx.labels,
+        now,
         classification_controls=ctx.classification.controls if ctx.classification else (),
         notes=notes,
     )
@@ -199,7 +223,9 @@ def _job_context(
         elif live is not None and live.runtimes is not None and runtime_name:
             approval = org.runtime_approval(runtime_name, kind_s)
             if approval is not None and approval.external:
-                manifest = live.runtimes.get((kind_s, namespace if kind_s == "TrainingRuntime" else None, runtime_name))
+                manifest = live.runtimes.get(
+                    (kind_s, namespace if kind_s == "TrainingRuntime" else None, runtime_name)
+                )
     classification = org.data_classifications.get(labels.get(CLASSIFICATION_LABEL, ""))
     region = org.regions.get(team.region) if team else None
     profile = None
@@ -223,8 +249,11 @@ def _job_context(
         labels=labels,
         runtime_kind=kind_s,
         runtime_name=runtime_name,
-        runtime_known=in_tree is not None or (
-            bool(runtime_name) and (a := org.runtime_approval(runtime_name, kind_s)) is not None and a.external
+        runtime_known=in_tree is not None
+        or (
+            bool(runtime_name)
+            and (a := org.runtime_approval(runtime_name, kind_s)) is not None
+            and a.external
         ),
         resolution=resolve(obj, manifest) if manifest is not None else None,
         classification=classification,
@@ -261,7 +290,15 @@ def _demand(ctx: JobContext) -> Demand | None:
         gpus={r: g * nodes for r, g in sorted(gpus.items())},
         cpu=format_quantity(cpu * nodes, "cpu") if cpu is not None else None,
         memory=format_quantity(mem * nodes, "memory") if mem is not None else None,
-        jobs=(JobDemand("trainer (estimated)", nodes, gpus, format_quantity(cpu, "cpu"), format_quantity(mem, "memory")),),
+        jobs=(
+            JobDemand(
+                "trainer (estimated)",
+                nodes,
+                gpus,
+                format_quantity(cpu, "cpu"),
+                format_quantity(mem, "memory"),
+            ),
+        ),
         region=region,
     )
 
@@ -298,17 +335,26 @@ _PROBLEM_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
 def _problem_findings(problems: Iterable[Problem]) -> Iterator[Finding]:
     for problem in problems:
         rule = "MPG-RT-001"
-        if not problem.in_runtime:
-            rule = next((r for prefix, r in _PROBLEM_RULES if problem.field[: len(prefix)] == prefix), "MPG-RT-001")
+        if problem.malformed and not problem.in_runtime:
+            rule = next(
+                (r for prefix, r in _PROBLEM_RULES if problem.field[: len(prefix)] == prefix), "MPG-RT-001"
+            )
         message = problem.message if problem.in_runtime else f"{problem.message}."
         path = problem.path if not problem.in_runtime else problem.message.split(": ", 1)[0]
         if problem.in_runtime:
             message = problem.message.split(": ", 1)[-1]
-        fix = "Fix the field's type (see the Trainer CRD)." if problem.malformed else (
-            "Make the TrainJob fit its runtime: patch only jobs and containers it has, and configure only the "
-            "initializers it runs."
+        fix = (
+            "Fix the field's type (see the Trainer CRD)."
+            if problem.malformed
+            else (
+                "Make the TrainJob fit its runtime: patch only jobs and containers it has, and "
+                "configure only the "
+                "initializers it runs."
+            )
         )
-        yield Finding(rule, path, message[0].upper() + message[1:] if message else message, fix, message[:100])
+        yield Finding(
+            rule, path, message[0].upper() + message[1:] if message else message, fix, message[:100]
+        )
 
 
 def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
@@ -319,7 +365,9 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
     ref = as_mapping(ctx.spec.get("runtimeRef"))
     out += _guarded(
         "MPG-RT-001",
-        lambda: check_runtime_approval(config, ctx.team, ref, ctx.namespace, in_tree=resolution is not None or ctx.runtime_known),
+        lambda: check_runtime_approval(
+            config, ctx.team, ref, ctx.namespace, in_tree=resolution is not None or ctx.runtime_known
+        ),
     )
     out += _guarded("MPG-Q001", lambda: check_quota(ctx, demand))
     out += _guarded("MPG-RES-001", lambda: check_residency(ctx))
@@ -327,7 +375,9 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
     out += _guarded("MPG-LIFE-001", lambda: check_lifecycle(ctx))
     if resolution is not None:
         out += _guarded("MPG-RT-001", lambda: _problem_findings(resolution.problems))
-        out += _guarded("MPG-RT-002", lambda: check_mpi_sanity(config, resolution, f"runtime {resolution.runtime_name}: "))
+        out += _guarded(
+            "MPG-RT-002", lambda: check_mpi_sanity(config, resolution, f"runtime {resolution.runtime_name}: ")
+        )
         out += _guarded("MPG-SEC-PRIVILEGED", lambda: check_pod_security(org.security, resolution.jobs))
         if org.security.forbid_plaintext_secrets:
             out += _guarded("MPG-SEC-SECRETS", lambda: check_secrets(resolution.jobs))
@@ -340,7 +390,10 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
         out += _guarded(
             "MPG-IMG-001",
             lambda: check_images(
-                org.images, resolution.jobs, require_digest=ctx.require_digest, digest_reason=ctx.require_digest_reason
+                org.images,
+                resolution.jobs,
+                require_digest=ctx.require_digest,
+                digest_reason=ctx.require_digest_reason,
             ),
         )
     else:
@@ -354,8 +407,12 @@ def _trainer_only(ctx: JobContext) -> Iterator[Finding]:
     image = ctx.trainer.get("image")
     if image is not None:
         yield from check_image_ref(
-            org.images, image, "spec.trainer.image", require_digest=ctx.require_digest,
-            digest_reason=ctx.require_digest_reason, patchable=True,
+            org.images,
+            image,
+            "spec.trainer.image",
+            require_digest=ctx.require_digest,
+            digest_reason=ctx.require_digest_reason,
+            patchable=True,
         )
     if org.security.forbid_plaintext_secrets:
         from .rules.security import credential_reason
@@ -384,14 +441,17 @@ def _dedupe(findings: Iterable[Finding]) -> list[Finding]:
     return out
 
 
-def _audited(config: Config, request: AdmissionInput, namespace: str, name: str, team: Team | None) -> Decision:
+def _audited(
+    config: Config, request: AdmissionInput, namespace: str, name: str, team: Team | None
+) -> Decision:
     who = request.user.username or "(unknown user)"
     info = all_rules()["MPG-LIFE-004"]
     violation = Violation(
         rule="MPG-LIFE-004",
         mode="audit",
         path="metadata.name",
-        message=f"{request.operation} of {request.kind} {namespace + '/' if namespace else ''}{name} by {who}.",
+        message=f"{request.operation} of {request.kind} "
+        f"{namespace + '/' if namespace else ''}{name} by {who}.",
         controls=info.controls,
     )
     return Decision(
@@ -418,10 +478,14 @@ def _runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> Decis
         return _audited(config, request, namespace, name, team)
     findings = _runtime_findings(config, request, obj, namespace_opt, name)
     if request.operation == "UPDATE" and isinstance(request.old_obj, Mapping):
-        before = {(f.rule, f.path) for f in _runtime_findings(config, request, request.old_obj, namespace_opt, name)}
+        before = {
+            (f.rule, f.path) for f in _runtime_findings(config, request, request.old_obj, namespace_opt, name)
+        }
         findings = [f for f in findings if (f.rule, f.path) not in before]
     exceptions = config.exceptions_for(team.name) if team else ()
-    return _decide(config, request, namespace or None, name, team, findings, [], None, exceptions, labels_of(obj), now)
+    return _decide(
+        config, request, namespace or None, name, team, findings, [], None, exceptions, labels_of(obj), now
+    )
 
 
 def _runtime_findings(
@@ -434,12 +498,16 @@ def _runtime_findings(
     out += _guarded("MPG-RT-001", lambda: check_runtime_drift(config, obj, ctx.kind, namespace, name))
     out += _guarded("MPG-RT-001", lambda: _problem_findings(resolution.problems))
     out += _guarded("MPG-RT-002", lambda: check_mpi_sanity(config, resolution, ""))
-    out += _guarded("MPG-SEC-PRIVILEGED", lambda: check_pod_security(org.security, resolution.jobs, pods_note=False))
+    out += _guarded(
+        "MPG-SEC-PRIVILEGED", lambda: check_pod_security(org.security, resolution.jobs, pods_note=False)
+    )
     if org.security.forbid_plaintext_secrets:
         out += _guarded("MPG-SEC-SECRETS", lambda: check_secrets(resolution.jobs))
     out += _guarded(
         "MPG-IMG-001",
-        lambda: check_images(org.images, resolution.jobs, require_digest=org.images.require_digest, digest_reason="the org"),
+        lambda: check_images(
+            org.images, resolution.jobs, require_digest=org.images.require_digest, digest_reason="the org"
+        ),
     )
     return _dedupe(out)
 
@@ -491,10 +559,16 @@ def _decide(
             applied.setdefault(
                 waiver.name,
                 AppliedException(
-                    waiver.name, waiver.rules, waiver.approver, waiver.ticket, waiver.expires, waiver.justification
+                    waiver.name,
+                    waiver.rules,
+                    waiver.approver,
+                    waiver.ticket,
+                    waiver.expires,
+                    waiver.justification,
                 ),
             )
-            text = f"waived by {waiver.name} until {waiver.expires.isoformat()}: {finding.short or finding.message}"
+            until = waiver.expires.isoformat()
+            text = f"waived by {waiver.name} until {until}: {finding.short or finding.message}"
             warnings.append(short_warning(finding.rule, text))
         elif mode == "warn":
             warnings.append(short_warning(finding.rule, finding.short or finding.message))

@@ -31,17 +31,7 @@ from . import images
 from .context import PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL, JobContext, as_list, as_mapping, as_str
 from .rules.lifecycle import own_patch_entry
 
-__all__ = ["build_patch_entry", "image_string", "mutate"]
-
-
-def image_string(ref: images.ImageRef) -> str:
-    """The reference as text: ``registry/repository[:tag][@digest]``."""
-    text = ref.name
-    if ref.tag:
-        text += f":{ref.tag}"
-    if ref.digest:
-        text += f"@{ref.digest}"
-    return text
+__all__ = ["build_patch_entry", "mutate"]
 
 
 def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> dict[str, Any]:
@@ -85,7 +75,7 @@ def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> 
             if ref is not None and images.registry_allowed(ref, config.org.images.allowed_registries) is None:
                 mirrored = images.mirror_image(ref, mirrors)
                 if mirrored is not None:
-                    trainer["image"] = image_string(mirrored)
+                    trainer["image"] = str(mirrored)
     profile = ctx.profile
     if team is not None and profile is not None and profile.mode == "pinned-ports":
         if trainer is None:
@@ -140,7 +130,10 @@ def build_patch_entry(ctx: JobContext, base: Resolution) -> dict[str, Any] | Non
         jobs.append({"name": job.name, "template": {"spec": {"template": template}}})
     if not jobs:
         return None
-    return {"manager": MPIGATE_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}}}
+    return {
+        "manager": MPIGATE_MANAGER,
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}},
+    }
 
 
 def _security_defaults(effective: Mapping[str, Any], pod_spec: dict[str, Any]) -> None:

@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from mpigate.config.model import ImagePolicy
+from mpigate.policy import images
+from mpigate.policy.findings import Finding
 from mpigate.trainjob import EffectiveJob
 
-from .. import images
-from ..findings import Finding
-
-__all__ = ["check_images", "check_image_ref"]
+__all__ = ["check_image_ref", "check_images"]
 
 
 def check_images(
@@ -29,7 +28,12 @@ def check_images(
                 continue
             patchable = path.startswith("spec.trainer")
             yield from check_image_ref(
-                policy, image, path, require_digest=require_digest, digest_reason=digest_reason, patchable=patchable
+                policy,
+                image,
+                path,
+                require_digest=require_digest,
+                digest_reason=digest_reason,
+                patchable=patchable,
             )
 
 
@@ -68,7 +72,8 @@ def check_image_ref(
         mirrored = images.mirror_image(ref, policy.mirrors) if policy.mirrors else None
         if mirrored is not None and not patchable:
             hint = (
-                f" A mirror exists ({mirrored.original if mirrored.original != image else mirrored.name}), but "
+                " A mirror exists "
+                f"({mirrored.original if mirrored.original != image else mirrored.name}), but "
                 "this field cannot be patched by mpigate."
             )
         else:

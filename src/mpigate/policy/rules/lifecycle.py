@@ -7,10 +7,16 @@ from typing import Any
 
 from mpigate.config import format_duration
 from mpigate.config.model import Team
+from mpigate.policy.context import (
+    CLASSIFICATION_LABEL,
+    QUEUE_LABEL,
+    JobContext,
+    as_list,
+    as_mapping,
+    labels_of,
+)
+from mpigate.policy.findings import Finding
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
-
-from ..context import CLASSIFICATION_LABEL, QUEUE_LABEL, JobContext, as_list, as_mapping, labels_of
-from ..findings import Finding
 
 __all__ = ["check_lifecycle", "check_update_guard", "own_patch_entry"]
 
@@ -34,17 +40,23 @@ def check_lifecycle(ctx: JobContext) -> Iterator[Finding]:
             yield Finding(
                 "MPG-LIFE-001",
                 "spec.activeDeadlineSeconds",
-                f"{deadline}s ({format_duration(deadline)}) exceeds the org's maxRuntime {format_duration(limit)} "
+                f"{deadline}s ({format_duration(deadline)}) exceeds the org's maxRuntime "
+                f"{format_duration(limit)} "
                 f"({limit}s).",
                 f"Set spec.activeDeadlineSeconds to {limit} or less and checkpoint to resume in a new job"
-                + (f" (or remove it: mpigate sets {lifecycle.default_runtime_seconds})." if lifecycle.default_runtime_seconds else "."),
+                + (
+                    f" (or remove it: mpigate sets {lifecycle.default_runtime_seconds})."
+                    if lifecycle.default_runtime_seconds
+                    else "."
+                ),
                 f"runs up to {format_duration(deadline)}, max {format_duration(limit)}",
             )
         elif deadline is None and lifecycle.default_runtime_seconds is None:
             yield Finding(
                 "MPG-LIFE-001",
                 "spec.activeDeadlineSeconds",
-                f"is not set, so the job could run forever; the org's maxRuntime is {format_duration(limit)}.",
+                "is not set, so the job could run forever; the org's maxRuntime is "
+                f"{format_duration(limit)}.",
                 f"Set spec.activeDeadlineSeconds to {limit} or less.",
                 "no activeDeadlineSeconds",
             )
@@ -57,7 +69,7 @@ def check_lifecycle(ctx: JobContext) -> Iterator[Finding]:
             "MPG-LIFE-002",
             "metadata.labels",
             "labels must be a map of strings.",
-            "Quote label values (\"true\", \"2026\").",
+            'Quote label values ("true", "2026").',
             "labels are not a map of strings",
         )
     team: Team | None = ctx.team
@@ -71,8 +83,10 @@ def check_lifecycle(ctx: JobContext) -> Iterator[Finding]:
             "MPG-LIFE-002",
             f'metadata.labels["{label}"]',
             f"label {label} is required by {whose} but missing.",
-            f"Add metadata.labels[\"{label}\"]"
-            + (f" with one of: {', '.join(_classifications(ctx))}." if label == CLASSIFICATION_LABEL else "."),
+            f'Add metadata.labels["{label}"]'
+            + (
+                f" with one of: {', '.join(_classifications(ctx))}." if label == CLASSIFICATION_LABEL else "."
+            ),
             f"required label {label} is missing",
         )
     value = ctx.labels.get(CLASSIFICATION_LABEL)
@@ -82,16 +96,22 @@ def check_lifecycle(ctx: JobContext) -> Iterator[Finding]:
             yield Finding(
                 "MPG-LIFE-002",
                 f'metadata.labels["{CLASSIFICATION_LABEL}"]',
-                f"data classification {value} is not defined by the org ({', '.join(org.data_classifications)}).",
+                f"data classification {value} is not defined by the org "
+                f"({', '.join(org.data_classifications)}).",
                 f"Use one of: {', '.join(choices)}.",
                 f"unknown data classification {value}",
             )
-        elif team is not None and team.data_classifications is not None and value not in team.data_classifications:
+        elif (
+            team is not None
+            and team.data_classifications is not None
+            and value not in team.data_classifications
+        ):
             yield Finding(
                 "MPG-LIFE-002",
                 f'metadata.labels["{CLASSIFICATION_LABEL}"]',
                 f"{team.name} may not process data classified {value} (allowed: {', '.join(choices)}).",
-                f"Use one of: {', '.join(choices)}, or ask {ctx.contact} to allow {value} in {ctx.team_file}.",
+                f"Use one of: {', '.join(choices)}, or ask {ctx.contact} to allow {value} in "
+                f"{ctx.team_file}.",
                 f"{team.name} may not process {value} data",
             )
 
@@ -130,7 +150,8 @@ def check_update_guard(ctx: JobContext, old: Mapping[str, Any]) -> Iterator[Find
         yield Finding(
             "MPG-LIFE-003",
             path,
-            "adds an entry under mpigate's manager after creation; only the admission webhook writes it, on CREATE.",
+            "adds an entry under mpigate's manager after creation; only the admission webhook "
+            "writes it, on CREATE.",
             "Remove the mpigate.io/admission entry.",
             "mpigate's runtime patch may only be set on CREATE",
         )
@@ -141,7 +162,8 @@ def check_update_guard(ctx: JobContext, old: Mapping[str, Any]) -> Iterator[Find
         yield Finding(
             "MPG-LIFE-003",
             f'metadata.labels["{QUEUE_LABEL}"]',
-            f"moves the job from queue {old_queue or '(none)'} to {new_queue}, which is not one of {team.name}'s "
+            f"moves the job from queue {old_queue or '(none)'} to {new_queue}, which is not one of "
+            f"{team.name}'s "
             f"LocalQueues ({', '.join(team.queues)}).",
             f"Keep the job in one of {team.name}'s queues: {', '.join(team.queues)}.",
             f"queue {new_queue} is not one of {team.name}'s queues",

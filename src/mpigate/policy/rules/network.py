@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from mpigate.policy.context import TEAM_LABEL, JobContext, as_list, as_mapping, as_str
+from mpigate.policy.findings import Finding
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
-
-from ..context import TEAM_LABEL, JobContext, as_list, as_mapping, as_str
-from ..findings import Finding
 
 __all__ = ["check_network"]
 
@@ -30,7 +29,8 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
                     yield Finding(
                         "MPG-NET-001",
                         layer.display(("metadata", "labels", TEAM_LABEL)),
-                        f"sets pod label {TEAM_LABEL}={value} in a {team.name} job (replicated job {job.name}); "
+                        f"sets pod label {TEAM_LABEL}={value} in a {team.name} job (replicated job "
+                        f"{job.name}); "
                         "pods would be admitted by another team's NetworkPolicies.",
                         f"Remove the label; mpigate sets {TEAM_LABEL}={team.name} itself.",
                         f"pod label {TEAM_LABEL}={value} impersonates another team",
@@ -40,7 +40,8 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
                 yield Finding(
                     "MPG-NET-001",
                     job.origin(("metadata", "labels", TEAM_LABEL)),
-                    f"pods of replicated job {job.name} do not carry {TEAM_LABEL}={team.name}; the namespace's "
+                    f"pods of replicated job {job.name} do not carry {TEAM_LABEL}={team.name}; the "
+                    "namespace's "
                     "NetworkPolicies would isolate them from each other and from DNS.",
                     "Let mpigate add its runtime patch (create the TrainJob again).",
                     f"pods of {job.name} lack {TEAM_LABEL}={team.name}",
@@ -51,14 +52,13 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
         return
     expected = dict(profile.openmpi_env)
     why = (
-        f"data classified {ctx.classification.name}" if ctx.classification and ctx.classification.network_profile
+        f"data classified {ctx.classification.name}"
+        if ctx.classification and ctx.classification.network_profile
         else f"{team.name}'s network"
     )
     seen: set[str] = set()
-    trainer_env = {
-        as_str(as_mapping(v).get("name")): as_mapping(v) for v in as_list(ctx.trainer.get("env"))
-    }
-    for name, value in expected.items():
+    trainer_env = {as_str(as_mapping(v).get("name")): as_mapping(v) for v in as_list(ctx.trainer.get("env"))}
+    for name in expected:
         var = trainer_env.get(name)
         if var is None:
             yield Finding(
@@ -70,17 +70,21 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
                 f"{name} missing (pinned-ports profile)",
             )
     if resolution is None:
-        items = [(f"spec.trainer.env[name={n}]", n, as_mapping(v).get("value"), v) for n, v in trainer_env.items() if n]
+        items = [
+            (f"spec.trainer.env[name={n}]", n, as_mapping(v).get("value"), v)
+            for n, v in trainer_env.items()
+            if n
+        ]
     else:
         items = []
         for job in resolution.jobs:
             for list_field, index, container in job.containers():
-                for e_index, var in enumerate(as_list(container.get("env"))):
-                    var = as_mapping(var)
-                    name = as_str(var.get("name"))
-                    if name in expected:
+                for e_index, raw in enumerate(as_list(container.get("env"))):
+                    var = as_mapping(raw)
+                    env_name = as_str(var.get("name"))
+                    if env_name is not None and env_name in expected:
                         path = job.origin(("spec", list_field, index, "env", e_index))
-                        items.append((path, name, var.get("value"), var))
+                        items.append((path, env_name, var.get("value"), var))
     for path, name, value, var in items:
         if name not in expected or path in seen:
             continue
@@ -89,7 +93,8 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
             yield Finding(
                 "MPG-NET-002",
                 path,
-                f"overrides {name} (pinned to {expected[name]} by the pinned-ports profile for {why}); OpenMPI "
+                f"overrides {name} (pinned to {expected[name]} by the pinned-ports profile for "
+                f"{why}); OpenMPI "
                 "would listen on ports the NetworkPolicy blocks.",
                 f"Remove {name} from the env; mpigate sets it.",
                 f"{name} overrides the pinned OpenMPI ports",

@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from fractions import Fraction
 
+from mpigate.policy.context import PRIORITY_LABEL, QUEUE_LABEL, JobContext, as_int
+from mpigate.policy.decision import Demand
+from mpigate.policy.demand import is_gpu
+from mpigate.policy.findings import Finding
 from mpigate.trainjob import EffectiveJob, Resolution, pod_resources
 from mpigate.trainjob.resolve import NODE
-
-from ..context import PRIORITY_LABEL, QUEUE_LABEL, JobContext, as_int
-from ..decision import Demand
-from ..demand import is_gpu
-from ..findings import Finding
 
 __all__ = ["check_quota", "gpus_for_nodes"]
 
@@ -21,7 +20,9 @@ def _gpu_pods(resolution: Resolution, known: frozenset[str]) -> list[tuple[Effec
     out: list[tuple[EffectiveJob, dict[str, int]]] = []
     for job in resolution.jobs:
         requests = pod_resources(job).requests
-        gpus = {r: -(-v.numerator // v.denominator) for r, v in requests.items() if is_gpu(r, known) and v > 0}
+        gpus = {
+            r: -(-v.numerator // v.denominator) for r, v in requests.items() if is_gpu(r, known) and v > 0
+        }
         if gpus:
             out.append((job, gpus))
     return out
@@ -86,16 +87,20 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
                 continue
             flavors = [q for q in team.gpus.values() if config.flavors[q.flavor].gpu_resource == resource]
             if flavors:
-                quota = ", ".join(f"nominal {q.nominal} + borrowing {q.borrowing_limit} on {q.flavor}" for q in flavors)
+                quota = ", ".join(
+                    f"nominal {q.nominal} + borrowing {q.borrowing_limit} on {q.flavor}" for q in flavors
+                )
                 limit = f"{team.name} can use at most {ceiling} ({quota})"
             else:
                 offered = sorted({config.flavors[q.flavor].gpu_resource for q in team.gpus.values()})
-                limit = f"{team.name} has no quota for {resource} (its flavors offer {', '.join(offered) or 'no GPUs'})"
+                offer = ", ".join(offered) or "no GPUs"
+                limit = f"{team.name} has no quota for {resource} (its flavors offer {offer})"
             shape = _breakdown(resolution, known, resource) if resolution else ""
             fix = f"ask {ctx.contact} to raise {ctx.team_file}."
             if resolution is not None and ceiling > 0:
                 fitting = [
-                    n for n in range(resolution.num_nodes - 1, 0, -1)
+                    n
+                    for n in range(resolution.num_nodes - 1, 0, -1)
                     if gpus_for_nodes(resolution, known, resource, n) <= ceiling
                 ]
                 if fitting:
@@ -109,7 +114,8 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
                 "spec.trainer",
                 f"asks {asked} {resource}{f' ({shape})' if shape else ''} but {limit}.",
                 fix,
-                f"asks {asked} {resource}, {team.name} can get at most {ceiling}; the job could never be admitted",
+                f"asks {asked} {resource}, {team.name} can get at most {ceiling}; the job could "
+                "never be admitted",
             )
 
     # MPG-Q003: GPUs per pod fit a node; requests = limits; whole numbers.
@@ -149,17 +155,17 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
 
     # MPG-Q007: concurrent TrainJobs (live count; CREATE only).
     live = ctx.live
-    if ctx.operation == "CREATE" and live is not None and live.active_jobs is not None:
-        if live.active_jobs >= team.max_concurrent_jobs:
-            yield Finding(
-                "MPG-Q007",
-                "metadata.namespace",
-                f"{team.name} already has {live.active_jobs} active TrainJobs (maxConcurrentJobs "
-                f"{team.max_concurrent_jobs}, counted from {live.source}).",
-                f"Wait for a job to finish or delete one, or ask {ctx.contact} to raise maxConcurrentJobs "
-                f"in {ctx.team_file}.",
-                f"{team.name} has {live.active_jobs}/{team.max_concurrent_jobs} active TrainJobs",
-            )
+    active = live.active_jobs if live is not None and ctx.operation == "CREATE" else None
+    if live is not None and active is not None and active >= team.max_concurrent_jobs:
+        yield Finding(
+            "MPG-Q007",
+            "metadata.namespace",
+            f"{team.name} already has {live.active_jobs} active TrainJobs (maxConcurrentJobs "
+            f"{team.max_concurrent_jobs}, counted from {live.source}).",
+            f"Wait for a job to finish or delete one, or ask {ctx.contact} to raise maxConcurrentJobs "
+            f"in {ctx.team_file}.",
+            f"{team.name} has {live.active_jobs}/{team.max_concurrent_jobs} active TrainJobs",
+        )
 
     # MPG-Q008 (advisory): does the job fit the free quota right now?
     if ctx.operation == "CREATE" and live is not None and live.gpus_in_use is not None and demand is not None:
@@ -178,7 +184,13 @@ def _gpu_shape(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
     for job in resolution.jobs:
         pod = pod_resources(job)
         for pod_path, problem in pod.invalid:
-            yield Finding("MPG-Q003", job.origin(pod_path), problem + ".", "Write a Kubernetes quantity (8, 500m, 16Gi).")
+            plain = [p for p in pod_path if isinstance(p, str | int)]
+            yield Finding(
+                "MPG-Q003",
+                job.origin(plain),
+                problem + ".",
+                "Write a Kubernetes quantity (8, 500m, 16Gi).",
+            )
         for res in pod.containers:
             base = ("spec", res.list_field, res.index, "resources")
             for resource in sorted(set(res.requests) | set(res.limits)):
@@ -190,8 +202,9 @@ def _gpu_shape(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
                     yield Finding(
                         "MPG-Q003",
                         job.origin((*base, "requests", resource)),
-                        f"{resource} is requested without a limit; GPUs need limits (requests default to them).",
-                        f"Set resourcesPerNode.limits[\"{resource}\"] to the same number.",
+                        f"{resource} is requested without a limit; GPUs need limits (requests "
+                        "default to them).",
+                        f'Set resourcesPerNode.limits["{resource}"] to the same number.',
                         f"{resource} requested without a limit",
                     )
                 elif request is not None and request != limit:
@@ -233,8 +246,10 @@ def _slots(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
     ml = resolution.ml_policy
     if ml is None or not ml.mpi or resolution.slots is None:
         return
-    path = "spec.trainer.numProcPerNode" if "numProcPerNode" in ctx.trainer else (
-        f"runtime {resolution.runtime_name}: spec.mlPolicy.mpi.numProcPerNode"
+    path = (
+        "spec.trainer.numProcPerNode"
+        if "numProcPerNode" in ctx.trainer
+        else (f"runtime {resolution.runtime_name}: spec.mlPolicy.mpi.numProcPerNode")
     )
     slots = resolution.slots
     node = resolution.job(NODE) or resolution.job(resolution.trainer_job or "")
@@ -249,7 +264,8 @@ def _slots(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
                 "MPG-Q004",
                 path,
                 f"{slots} MPI slots per worker but {gpus} GPUs per pod: {effect}.",
-                f"Set spec.trainer.numProcPerNode to {gpus} (one rank per GPU), or ask for {slots} GPUs per pod.",
+                f"Set spec.trainer.numProcPerNode to {gpus} (one rank per GPU), or ask for {slots} "
+                "GPUs per pod.",
                 f"{slots} MPI slots per worker but {gpus} GPUs per pod",
             )
     else:
@@ -258,7 +274,8 @@ def _slots(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
             yield Finding(
                 "MPG-Q004",
                 path,
-                f"{slots} MPI slots per worker but only {_num(cpu)} CPUs requested per pod: ranks oversubscribe.",
+                f"{slots} MPI slots per worker but only {_num(cpu)} CPUs requested per pod: ranks "
+                "oversubscribe.",
                 f"Request at least {slots} CPUs per pod, or lower numProcPerNode.",
                 f"{slots} MPI slots per worker on {_num(cpu)} CPUs",
             )
@@ -275,7 +292,9 @@ def _live_usage(ctx: JobContext, demand: Demand) -> Iterator[Finding]:
             continue
         nominal = live.nominal or {}
         borrowing = live.borrowing or {}
-        limit = sum(nominal.get(q.flavor, q.nominal) + borrowing.get(q.flavor, q.borrowing_limit) for q in flavors)
+        limit = sum(
+            nominal.get(q.flavor, q.nominal) + borrowing.get(q.flavor, q.borrowing_limit) for q in flavors
+        )
         used = sum(live.gpus_in_use.get(q.flavor, 0) for q in flavors)
         if asked > limit or used + asked <= limit:
             continue

@@ -7,19 +7,42 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from mpigate.policy.context import JobContext, as_list, as_mapping, as_str
+from mpigate.policy.findings import Finding
 from mpigate.trainjob import EffectiveJob, Layer
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
-
-from ..context import JobContext, as_list, as_mapping, as_str
-from ..findings import Finding
 
 __all__ = ["STORAGE_SCHEMES", "check_residency", "redact_uri"]
 
 # URI schemes that name stored data (object stores, HDFS, model hubs, volumes). http(s) URLs are
 # endpoints rather than data locations and are not judged here.
 STORAGE_SCHEMES = frozenset(
-    {"s3", "s3a", "s3n", "gs", "gcs", "az", "azure", "abfs", "abfss", "wasb", "wasbs", "adl", "hdfs",
-     "hf", "pvc", "oss", "cos", "obs", "minio", "r2", "swift", "nfs", "webhdfs", "ms"}
+    {
+        "s3",
+        "s3a",
+        "s3n",
+        "gs",
+        "gcs",
+        "az",
+        "azure",
+        "abfs",
+        "abfss",
+        "wasb",
+        "wasbs",
+        "adl",
+        "hdfs",
+        "hf",
+        "pvc",
+        "oss",
+        "cos",
+        "obs",
+        "minio",
+        "r2",
+        "swift",
+        "nfs",
+        "webhdfs",
+        "ms",
+    }
 )
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
@@ -31,7 +54,12 @@ def redact_uri(uri: str) -> str:
 
 
 def _schemes(ctx: JobContext) -> frozenset[str]:
-    extra = {m.group(1).lower() for r in ctx.config.org.regions.values() for loc in r.data_locations if (m := _URI.match(loc))}
+    extra = {
+        m.group(1).lower()
+        for r in ctx.config.org.regions.values()
+        for loc in r.data_locations
+        if (m := _URI.match(loc))
+    }
     return STORAGE_SCHEMES | extra
 
 
@@ -39,16 +67,21 @@ def check_residency(ctx: JobContext) -> Iterator[Finding]:
     team = ctx.team
     if team is None:
         return
-    org = ctx.config.org
     classification = ctx.classification
-    if classification is not None and classification.regions is not None and team.region not in classification.regions:
+    if (
+        classification is not None
+        and classification.regions is not None
+        and team.region not in classification.regions
+    ):
         yield Finding(
             "MPG-RES-001",
             'metadata.labels["mpigate.io/data-classification"]',
             f"data classified {classification.name} must stay in {', '.join(classification.regions)}, but "
             f"{team.name} runs in {team.region}.",
-            f"Run this job from a team in {' or '.join(classification.regions)}, or correct the classification.",
-            f"{classification.name} data must stay in {', '.join(classification.regions)}; {team.name} is in {team.region}",
+            f"Run this job from a team in {' or '.join(classification.regions)}, or correct the "
+            "classification.",
+            f"{classification.name} data must stay in {', '.join(classification.regions)}; "
+            f"{team.name} is in {team.region}",
         )
         return
     region = ctx.region
@@ -83,15 +116,19 @@ def check_residency(ctx: JobContext) -> Iterator[Finding]:
 
 
 def _affinity_pins(spec: Mapping[str, Any], key: str, value: str) -> bool:
-    required = as_mapping(as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity")).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"))
+    required = as_mapping(
+        as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity")).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    )
     terms = as_list(required.get("nodeSelectorTerms"))
     if not terms:
         return False
     for term in terms:
         exprs = as_list(as_mapping(term).get("matchExpressions"))
         if not any(
-            as_mapping(e).get("key") == key and as_mapping(e).get("operator") == "In"
+            as_mapping(e).get("key") == key
+            and as_mapping(e).get("operator") == "In"
             and as_list(as_mapping(e).get("values")) == [value]
             for e in exprs
         ):
@@ -126,7 +163,11 @@ def _foreign_labels(ctx: JobContext) -> tuple[dict[tuple[str, str], str], dict[s
 
 
 def _foreign_in_layer(
-    ctx: JobContext, job: EffectiveJob, layer: Layer, foreign: dict[tuple[str, str], str], own_keys: dict[str, str]
+    ctx: JobContext,
+    job: EffectiveJob,
+    layer: Layer,
+    foreign: dict[tuple[str, str], str],
+    own_keys: dict[str, str],
 ) -> Iterator[Finding]:
     region = ctx.region
     assert region is not None
@@ -145,23 +186,30 @@ def _foreign_in_layer(
     for key, value in as_mapping(spec.get("nodeSelector")).items():
         value_s = str(value)
         if (key, value_s) in foreign:
-            yield finding(("spec", "nodeSelector", key), f"nodeSelector {key}={value_s}", foreign[(key, value_s)])
+            yield finding(
+                ("spec", "nodeSelector", key), f"nodeSelector {key}={value_s}", foreign[(key, value_s)]
+            )
         elif key in own_keys and value_s != own_keys[key]:
             yield finding(("spec", "nodeSelector", key), f"nodeSelector {key}={value_s}", "another region")
     node_affinity = as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity"))
     required = as_mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
-    terms = [("requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", i, t)
-             for i, t in enumerate(as_list(required.get("nodeSelectorTerms")))]
-    terms += [("preferredDuringSchedulingIgnoredDuringExecution", i, "preference", as_mapping(p).get("preference"))
-              for i, p in enumerate(as_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution")))]
+    terms: list[tuple[Any, ...]] = [
+        ("requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", i, t)
+        for i, t in enumerate(as_list(required.get("nodeSelectorTerms")))
+    ]
+    terms += [
+        ("preferredDuringSchedulingIgnoredDuringExecution", i, "preference", as_mapping(p).get("preference"))
+        for i, p in enumerate(as_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution")))
+    ]
     for *prefix, term in terms:
-        for e_index, expr in enumerate(as_list(as_mapping(term).get("matchExpressions"))):
-            expr = as_mapping(expr)
-            key = as_str(expr.get("key"))
+        for e_index, raw_expr in enumerate(as_list(as_mapping(term).get("matchExpressions"))):
+            expr = as_mapping(raw_expr)
+            expr_key = as_str(expr.get("key"))
             values = [str(v) for v in as_list(expr.get("values"))]
             operator = expr.get("operator")
-            if key is None:
+            if expr_key is None:
                 continue
+            key = expr_key
             path = ("spec", "affinity", "nodeAffinity", *prefix, "matchExpressions", e_index)
             if operator == "In":
                 for value in values:
@@ -176,7 +224,9 @@ def _foreign_in_layer(
     ]
     foreign_tolerations = {
         (str(dict(t).get("key")), str(dict(t).get("value", ""))): f"flavor {f.name} in region {f.region}"
-        for f in ctx.config.flavors.values() if f.region != region.name for t in f.tolerations
+        for f in ctx.config.flavors.values()
+        if f.region != region.name
+        for t in f.tolerations
         if dict(t) not in own_tolerations
     }
     for t_index, toleration in enumerate(as_list(spec.get("tolerations"))):

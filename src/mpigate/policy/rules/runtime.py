@@ -7,13 +7,12 @@ from typing import Any
 
 from mpigate.config import Config
 from mpigate.config.model import Team
+from mpigate.policy.context import as_int, as_mapping
+from mpigate.policy.findings import Finding
 from mpigate.trainjob import EffectiveJob, Resolution
 from mpigate.trainjob.resolve import LAUNCHER, NODE
 
-from ..context import as_int, as_mapping
-from ..findings import Finding
-
-__all__ = ["check_runtime_approval", "check_runtime_drift", "check_mpi_sanity"]
+__all__ = ["check_mpi_sanity", "check_runtime_approval", "check_runtime_drift"]
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 
@@ -40,7 +39,8 @@ def check_runtime_approval(
         yield Finding(
             "MPG-RT-001",
             "spec.runtimeRef",
-            f"refers to {kind} in API group {group}; only Trainer's ClusterTrainingRuntime and TrainingRuntime "
+            f"refers to {kind} in API group {group}; only Trainer's ClusterTrainingRuntime and "
+            "TrainingRuntime "
             f"({TRAINER_GROUP}) are supported.",
             f"Use kind ClusterTrainingRuntime with one of: {choices}.",
             f"unsupported runtimeRef {group}/{kind}",
@@ -87,7 +87,9 @@ def check_runtime_approval(
         )
 
 
-def check_runtime_drift(config: Config, obj: Mapping[str, Any], kind: str, namespace: str | None, name: str) -> Iterator[Finding]:
+def check_runtime_drift(
+    config: Config, obj: Mapping[str, Any], kind: str, namespace: str | None, name: str
+) -> Iterator[Finding]:
     """MPG-RT-001 for a runtime object: an approved name must carry the reviewed manifest's spec."""
     approval = config.org.runtime_approval(name, kind)
     reviewed = config.runtime(kind, name, namespace)
@@ -101,18 +103,27 @@ def check_runtime_drift(config: Config, obj: Mapping[str, Any], kind: str, names
             "spec",
             f"{kind} {name} is an approved runtime, but this spec differs from the reviewed manifest in "
             f"{reviewed.source.file}; TrainJobs on it would run unreviewed pods.",
-            f"Change the runtime through {reviewed.source.file} (review, then render/apply), or use a new name.",
+            f"Change the runtime through {reviewed.source.file} (review, then render/apply), or use "
+            "a new name.",
             f"spec differs from the reviewed {reviewed.source.file}",
         )
 
 
-def _run_as(job: EffectiveJob, container: Mapping[str, Any], index: int) -> tuple[int | None, bool, tuple[Any, ...]]:
+def _run_as(
+    job: EffectiveJob, container: Mapping[str, Any], index: int
+) -> tuple[int | None, bool, tuple[Any, ...]]:
     """(uid, runAsNonRoot, pod path of the uid) of a container, container settings first."""
     pod_sc = as_mapping(job.spec.get("securityContext"))
     sc = as_mapping(container.get("securityContext"))
     if as_int(sc.get("runAsUser")) is not None:
-        return as_int(sc.get("runAsUser")), sc.get("runAsNonRoot") is True, ("spec", "containers", index, "securityContext", "runAsUser")
-    non_root = sc.get("runAsNonRoot") is True or (sc.get("runAsNonRoot") is None and pod_sc.get("runAsNonRoot") is True)
+        return (
+            as_int(sc.get("runAsUser")),
+            sc.get("runAsNonRoot") is True,
+            ("spec", "containers", index, "securityContext", "runAsUser"),
+        )
+    non_root = sc.get("runAsNonRoot") is True or (
+        sc.get("runAsNonRoot") is None and pod_sc.get("runAsNonRoot") is True
+    )
     return as_int(pod_sc.get("runAsUser")), non_root, ("spec", "securityContext", "runAsUser")
 
 
@@ -140,11 +151,17 @@ def check_mpi_sanity(config: Config, resolution: Resolution, root: str) -> Itera
             uid, non_root, uid_path = _run_as(job, container, index)
             problem = ""
             if mount == "/root/.ssh" and uid is not None and uid != 0:
-                problem = f"runs as UID {uid}, but sshAuthMountPath is /root/.ssh (only root reads keys there)"
+                problem = (
+                    f"runs as UID {uid}, but sshAuthMountPath is /root/.ssh (only root reads keys there)"
+                )
             elif mount == "/root/.ssh" and uid is None and non_root:
-                problem = "must run as non-root, but sshAuthMountPath is /root/.ssh (only root reads keys there)"
+                problem = (
+                    "must run as non-root, but sshAuthMountPath is /root/.ssh (only root reads keys there)"
+                )
             elif mount.startswith("/home/") and uid == 0:
-                problem = f"runs as root (UID 0), but sshAuthMountPath is {mount}; ssh as root reads /root/.ssh"
+                problem = (
+                    f"runs as root (UID 0), but sshAuthMountPath is {mount}; ssh as root reads /root/.ssh"
+                )
             if not problem:
                 continue
             where = job.origin(uid_path) if uid is not None else f"{root}spec.mlPolicy.mpi.sshAuthMountPath"

@@ -3,6 +3,7 @@ literal env values) and MPG-SA-001 (service accounts in runtime patches)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -11,12 +12,11 @@ from typing import Any
 
 from mpigate.catalogue import all_rules
 from mpigate.config.model import SecurityPolicy
+from mpigate.policy import pss
+from mpigate.policy.context import as_list, as_mapping, as_str
+from mpigate.policy.findings import Finding
 from mpigate.trainjob import EffectiveJob, Resolution
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
-
-from .. import pss
-from ..context import as_list, as_mapping, as_str
-from ..findings import Finding
 
 __all__ = ["PSS_FIXES", "check_pod_security", "check_secrets", "check_service_accounts", "credential_reason"]
 
@@ -27,23 +27,29 @@ PSS_FIXES: Mapping[str, str] = {
     "capabilities_baseline": "Add only default capabilities (e.g. NET_BIND_SERVICE); IPC_LOCK, SYS_PTRACE, "
     "NET_ADMIN and friends are not allowed.",
     "hostPathVolumes": "Replace hostPath volumes with emptyDir, a PersistentVolumeClaim or a CSI volume.",
-    "hostPorts": "Remove hostPort from the container ports (a containerPort is enough inside the pod network).",
-    "hostProbesAndHostLifecycle": "Remove host from probes and lifecycle handlers (they target the pod itself).",
+    "hostPorts": "Remove hostPort from the container ports (a containerPort is enough inside the "
+    "pod network).",
+    "hostProbesAndHostLifecycle": "Remove host from probes and lifecycle handlers (they target the "
+    "pod itself).",
     "appArmorProfile": "Use the RuntimeDefault or a Localhost AppArmor profile, not Unconfined.",
-    "seLinuxOptions": "Remove seLinuxOptions user/role and use an allowed type (container_t, container_init_t, "
+    "seLinuxOptions": "Remove seLinuxOptions user/role and use an allowed type (container_t, "
+    "container_init_t, "
     "container_kvm_t, container_engine_t).",
     "procMount": "Remove securityContext.procMount (or set it to Default).",
     "seccompProfile_baseline": "Use seccompProfile type RuntimeDefault or Localhost, not Unconfined.",
     "sysctls": "Only safe sysctls (e.g. net.ipv4.ip_local_port_range) may be set in the pod securityContext.",
     "windowsHostProcess": "Remove windowsOptions.hostProcess.",
-    "restrictedVolumes": "Use only configMap, csi, downwardAPI, emptyDir, ephemeral, image, persistentVolumeClaim, "
+    "restrictedVolumes": "Use only configMap, csi, downwardAPI, emptyDir, ephemeral, image, "
+    "persistentVolumeClaim, "
     "projected and secret volumes.",
     "allowPrivilegeEscalation": "Set securityContext.allowPrivilegeEscalation: false on every container.",
     "runAsNonRoot": "Set securityContext.runAsNonRoot: true (pod or every container) and use an image with a "
     "non-root USER.",
     "runAsUser": "Do not run as UID 0: remove runAsUser: 0 or set a non-zero UID.",
-    "seccompProfile_restricted": "Set securityContext.seccompProfile.type: RuntimeDefault (pod or every container).",
-    "capabilities_restricted": "Set securityContext.capabilities.drop: [ALL] and add at most NET_BIND_SERVICE.",
+    "seccompProfile_restricted": "Set securityContext.seccompProfile.type: RuntimeDefault (pod or "
+    "every container).",
+    "capabilities_restricted": "Set securityContext.capabilities.drop: [ALL] and add at most "
+    "NET_BIND_SERVICE.",
     "procMount_restricted": "Remove securityContext.procMount (or set it to Default).",
 }
 
@@ -64,7 +70,7 @@ def check_pod_security(
     for job in jobs:
         findings = pss.evaluate_pod(job.metadata, job.spec, level, security.version)
         for found in findings:
-            rule_id = rules.get(found.check)
+            rule_id = found.rule if found.rule in all_rules() else rules.get(found.check)
             if rule_id is None:  # pragma: no cover - the catalogue lists every upstream check
                 continue
             paths: list[str] = []
@@ -73,14 +79,16 @@ def check_pod_security(
                 if origin not in paths:
                     paths.append(origin)
             also = f" Also at: {'; '.join(paths[1:])}." if len(paths) > 1 else ""
-            where = f"replicated job {job.name} ({job.pods} pod{'s' if job.pods != 1 else ''})" if pods_note else (
-                f"replicated job {job.name}"
+            where = (
+                f"replicated job {job.name} ({job.pods} pod{'s' if job.pods != 1 else ''})"
+                if pods_note
+                else (f"replicated job {job.name}")
             )
             detail = f" ({found.detail})" if found.detail else ""
             yield Finding(
                 rule_id,
                 paths[0],
-                f"{found.reason}{detail} violates PodSecurity \"{level}:{security.version}\" in {where}.{also}",
+                f'{found.reason}{detail} violates PodSecurity "{level}:{security.version}" in {where}.{also}',
                 PSS_FIXES.get(found.check, ""),
                 f"{found.reason}{detail} ({job.name})",
             )
@@ -94,12 +102,39 @@ def _parse(raw: str) -> tuple[str | int, ...]:
 
 # Names that say "credential": whole words of an env var name (so TOKENIZERS_PARALLELISM is not a token).
 _SECRET_WORDS = frozenset(
-    {"PASSWORD", "PASSWD", "PASS", "PWD", "SECRET", "TOKEN", "APIKEY", "CREDENTIAL", "CREDENTIALS", "PASSPHRASE",
-     "PRIVATEKEY", "ACCESSKEY", "SECRETKEY", "AUTHKEY", "SESSIONKEY", "CLIENTSECRET", "SASL"}
+    {
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "PWD",
+        "SECRET",
+        "TOKEN",
+        "APIKEY",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "PASSPHRASE",
+        "PRIVATEKEY",
+        "ACCESSKEY",
+        "SECRETKEY",
+        "AUTHKEY",
+        "SESSIONKEY",
+        "CLIENTSECRET",
+        "SASL",
+    }
 )
 _SECRET_PAIRS = frozenset(
-    {("API", "KEY"), ("ACCESS", "KEY"), ("PRIVATE", "KEY"), ("SECRET", "KEY"), ("AUTH", "KEY"),
-     ("SESSION", "KEY"), ("CLIENT", "SECRET"), ("SIGNING", "KEY"), ("ENCRYPTION", "KEY"), ("MASTER", "KEY")}
+    {
+        ("API", "KEY"),
+        ("ACCESS", "KEY"),
+        ("PRIVATE", "KEY"),
+        ("SECRET", "KEY"),
+        ("AUTH", "KEY"),
+        ("SESSION", "KEY"),
+        ("CLIENT", "SECRET"),
+        ("SIGNING", "KEY"),
+        ("ENCRYPTION", "KEY"),
+        ("MASTER", "KEY"),
+    }
 )
 # Shapes of well-known credentials (never echoed; only the kind is named).
 _SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -135,7 +170,8 @@ def credential_reason(name: str, value: str) -> str | None:
             return f"the value has the shape of {kind}"
     words = [w for w in re.split(r"[^A-Z0-9]+", name.upper()) if w]
     if len(stripped) >= 6 and (
-        any(w in _SECRET_WORDS for w in words) or any(pair in _SECRET_PAIRS for pair in zip(words, words[1:], strict=False))
+        any(w in _SECRET_WORDS for w in words)
+        or any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words))
     ):
         return f"the name {name} says it is a credential"
     if _HIGH_ENTROPY.match(stripped) and not stripped.isdigit() and _entropy(stripped) >= 4.2:
@@ -158,7 +194,7 @@ def check_secrets(jobs: tuple[EffectiveJob, ...]) -> Iterator[Finding]:
                 if reason is None:
                     continue
                 path = job.origin(("spec", list_field, index, "env", e_index))
-                if path in seen or path.startswith("runtime ") and "spec.mlPolicy.mpi" in path:
+                if path in seen or (path.startswith("runtime ") and "spec.mlPolicy.mpi" in path):
                     continue
                 seen.add(path)
                 yield Finding(
@@ -166,8 +202,8 @@ def check_secrets(jobs: tuple[EffectiveJob, ...]) -> Iterator[Finding]:
                     path,
                     f"env {name} has a literal value that looks like a credential: {reason} "
                     f"({len(value)} characters; the value is not shown).",
-                    f"Store it in a Secret and reference it: valueFrom: {{secretKeyRef: {{name: <secret>, key: "
-                    f"<key>}}}}. Rotate the credential: it is now in the object's history.",
+                    "Store it in a Secret and reference it: valueFrom: {secretKeyRef: {name: <secret>, key: "
+                    "<key>}}. Rotate the credential: it is now in the object's history.",
                     f"env {name} looks like a literal credential; use valueFrom.secretKeyRef",
                 )
 
@@ -195,7 +231,8 @@ def check_service_accounts(resolution: Resolution, team: str, allowed: frozenset
                     path,
                     f"service account {account} is not one of {team}'s ({names}); pods would act with "
                     "another identity's permissions.",
-                    f"Use one of {team}'s service accounts ({names}) or remove serviceAccountName; ask the team "
+                    f"Use one of {team}'s service accounts ({names}) or remove serviceAccountName; "
+                    "ask the team "
                     "admin to add it to rbac/ if it should be one.",
                     f"service account {account} does not belong to {team}",
                 )
