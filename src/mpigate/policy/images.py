@@ -168,7 +168,10 @@ def parse_image(ref: str) -> ImageRef:
     if digest is not None:
         _check_digest(ref, digest)
     name_match = _NAME_RE.fullmatch(name)
-    assert name_match is not None and name_match.group(1) is not None  # the domain was prefixed above
+    if name_match is None or name_match.group(1) != domain:
+        # The first component was taken for a host (it has a '.' or ':') but is not a valid one,
+        # e.g. "my_registry.io/x": Go would return a reference without a domain that cannot be pulled.
+        raise _fail(ref, f"malformed registry host {domain!r}")
     return ImageRef(
         original=ref, registry=name_match.group(1), repository=name_match.group(2), tag=tag, digest=digest
     )
