@@ -109,8 +109,12 @@ EXPECTED: dict[str, tuple[dict[str, int], int, str | None, str | None, int | Non
 
 # TrainJobs whose runtime is not part of the upstream data.
 MISSING_RUNTIME = {
-    "docs__operator-guides__job-scheduling__kai__block1__TrainJob-pytorch-kai-job.yaml": "pytorch-kai-runtime",
-    "docs__operator-guides__runtime-patches__block0__TrainJob-pytorch-distributed.yaml": "pytorch-distributed-gpu",
+    "docs__operator-guides__job-scheduling__kai__block1__TrainJob-pytorch-kai-job.yaml": (
+        "pytorch-kai-runtime"
+    ),
+    "docs__operator-guides__runtime-patches__block0__TrainJob-pytorch-distributed.yaml": (
+        "pytorch-distributed-gpu"
+    ),
     "docs__operator-guides__runtime__block3__TrainJob-example-train-job.yaml": "pytorch-team-runtime",
 }
 
