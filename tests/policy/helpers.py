@@ -46,7 +46,7 @@ def decide(
 ) -> Decision:
     source = obj if obj is not None else old
     assert source is not None
-    meta = source.get("metadata") or {}
+    meta = source.get("metadata") if isinstance(source.get("metadata"), dict) else {}
     request = AdmissionInput(
         operation=operation,  # type: ignore[arg-type]
         kind=str(source.get("kind", "TrainJob")),
