@@ -222,7 +222,7 @@ def test_external_runtime_from_the_live_context_is_resolved(org: Config, upstrea
     assert [(j.name, j.pods) for j in decision.demand.jobs] == [("node", 1), ("launcher", 1)]
     # Trainer's own runtime image comes from ghcr.io (mirrored, but not patchable) and has no tag
     assert "MPG-IMG-001" in ids(decision, denying=True)
-    # ... and mpigate injected the restricted defaults the runtime lacks, so PSS passes except what it cannot set
+    # ... and mpigate injected the restricted defaults the runtime lacks, so Pod Security passes
     assert not [r for r in ids(decision) if r.startswith("MPG-SEC-")]
 
 
@@ -231,8 +231,8 @@ def test_rt_002_and_runtime_objects(org: Config) -> None:
     rt = [v for v in decision.violations if v.rule == "MPG-RT-002"]
     assert len(rt) == 1 and "runs as UID 1000, but sshAuthMountPath is /root/.ssh" in rt[0].message
     assert (
-        rt[0].path
-        == "spec.template.spec.replicatedJobs[name=launcher].template.spec.template.spec.securityContext.runAsUser"
+        rt[0].path == "spec.template.spec.replicatedJobs[name=launcher].template.spec.template.spec"
+        ".securityContext.runAsUser"
     )
     assert decide(org, read("runtimes/mpi-openmpi-team.yaml")).allowed  # unapproved runtimes may exist
     reviewed = read(org.root + "/policies/runtimes/mpi-openmpi-gpu.yaml")
@@ -374,7 +374,7 @@ def test_team_001_and_unmanaged_allow(org: Config) -> None:
     job = trainjob(namespace="sandbox")
     decision = decide(allow, job)
     assert decision.allowed and decision.team is None and decision.violations == ()
-    # no team: no queue, region or team label; the runtime needs no security defaults; the deadline is org-wide
+    # no team: no queue, region or team label; no security defaults needed; the deadline is org-wide
     assert [p["path"] for p in decision.patch] == ["/spec/activeDeadlineSeconds"]
     job["spec"]["trainer"]["image"] = "registry.example.com/x/y:1"
     assert ids(decide(allow, job), denying=True) == {"MPG-IMG-001"}  # org-wide rules still apply

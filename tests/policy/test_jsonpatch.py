@@ -29,7 +29,9 @@ def test_applying_the_diff_yields_the_target(old: Any, new: Any) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(st.dictionaries(keys, json_values, max_size=5), keys, json_values)
-def test_adding_a_key_is_one_add_op_with_an_escaped_pointer(doc: dict[str, Any], key: str, value: Any) -> None:
+def test_adding_a_key_is_one_add_op_with_an_escaped_pointer(
+    doc: dict[str, Any], key: str, value: Any
+) -> None:
     if key in doc:
         return
     target = {**doc, key: value}

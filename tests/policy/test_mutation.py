@@ -68,14 +68,29 @@ def test_security_defaults_are_injected_where_a_patch_may_set_them() -> None:
     config = fixture_org()
     job = read(config.root + "/jobs/hello.yaml")
     job["spec"]["runtimePatches"] = [
-        runtime_patch("x.example/dbg", "node", {"containers": [{"name": "node", "securityContext": {"capabilities": {"drop": ["NET_RAW"]}}}]})
+        runtime_patch(
+            "x.example/dbg",
+            "node",
+            {"containers": [{"name": "node", "securityContext": {"capabilities": {"drop": ["NET_RAW"]}}}]},
+        )
     ]
     out = mutated(config, job)
     entry = own_entry(out)
-    pod = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-    assert pod["spec"]["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    pod = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"
+    ]
+    assert pod["spec"]["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert pod["spec"]["containers"] == [
-        {"name": "node", "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL", "NET_RAW"]}}}
+        {
+            "name": "node",
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL", "NET_RAW"]},
+            },
+        }
     ]
     assert pod["metadata"] == {"labels": {"mpigate.io/team": "alpha"}}
     # other managers' entries are untouched and stay first
@@ -89,33 +104,59 @@ def test_explicit_settings_are_never_weakened_or_overridden() -> None:
     config = fixture_org()
     job = read(config.root + "/jobs/hello.yaml")
     job["spec"]["runtimePatches"] = [
-        runtime_patch("x.example/dbg", "node", {
-            "securityContext": {"runAsNonRoot": False, "seccompProfile": {"type": "Unconfined"}},
-            "containers": [{"name": "node", "securityContext": {"allowPrivilegeEscalation": True, "privileged": False,
-                                                                 "capabilities": {"drop": ["ALL"]}}}],
-        })
+        runtime_patch(
+            "x.example/dbg",
+            "node",
+            {
+                "securityContext": {"runAsNonRoot": False, "seccompProfile": {"type": "Unconfined"}},
+                "containers": [
+                    {
+                        "name": "node",
+                        "securityContext": {
+                            "allowPrivilegeEscalation": True,
+                            "privileged": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                    }
+                ],
+            },
+        )
     ]
     decision = decide(config, job)
     out = apply_patch(job, decision.patch)
     entry = own_entry(out)
-    pod = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    pod = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"
+    ]
     assert "securityContext" not in pod["spec"] and "containers" not in pod["spec"]
-    assert {"MPG-SEC-RUNASNONROOT", "MPG-SEC-SECCOMPPROFILE-RESTRICTED", "MPG-SEC-ALLOWPRIVILEGEESCALATION"} <= ids(
-        decision, denying=True
-    )
+    assert {
+        "MPG-SEC-RUNASNONROOT",
+        "MPG-SEC-SECCOMPPROFILE-RESTRICTED",
+        "MPG-SEC-ALLOWPRIVILEGEESCALATION",
+    } <= ids(decision, denying=True)
     privileged = read(config.root + "/jobs/hello.yaml")
     privileged["spec"]["runtimePatches"] = [
-        runtime_patch("x.example/dbg", "node", {"containers": [{"name": "node", "securityContext": {"privileged": True}}]})
+        runtime_patch(
+            "x.example/dbg",
+            "node",
+            {"containers": [{"name": "node", "securityContext": {"privileged": True}}]},
+        )
     ]
-    pod = own_entry(mutated(config, privileged))["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    pod = own_entry(mutated(config, privileged))["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][
+        0
+    ]
     assert "containers" not in pod["template"]["spec"]["template"]["spec"]  # APE=false would be rejected
 
 
 def test_an_existing_entry_is_rebuilt_in_place_and_other_managers_are_kept(org: Config) -> None:
     job = read("trainjobs/minimal.yaml")
-    kueue = runtime_patch("kueue.x-k8s.io/manager", "node", {"nodeSelector": {"nvidia.com/gpu.product": "A100-SXM4-80GB"}})
+    kueue = runtime_patch(
+        "kueue.x-k8s.io/manager", "node", {"nodeSelector": {"nvidia.com/gpu.product": "A100-SXM4-80GB"}}
+    )
     sdk = runtime_patch("trainer.kubeflow.org/kubeflow-sdk", "launcher", {"nodeSelector": {"pool": "a"}})
-    stale = runtime_patch(MPIGATE_MANAGER, "node", {"nodeSelector": {"topology.kubernetes.io/region": "us-east-1"}})
+    stale = runtime_patch(
+        MPIGATE_MANAGER, "node", {"nodeSelector": {"topology.kubernetes.io/region": "us-east-1"}}
+    )
     job["spec"]["runtimePatches"] = [sdk, stale, kueue]
     decision = decide(org, job)
     rp_ops = [p for p in decision.patch if p["path"].startswith("/spec/runtimePatches")]
@@ -132,18 +173,27 @@ def test_trainer_image_mirror_and_pinned_ports(org: Config) -> None:
     job = trainjob()
     job["spec"]["trainer"]["image"] = "docker.io/library/python:3.12"
     decision = decide(org, job)
-    assert {"op": "replace", "path": "/spec/trainer/image",
-            "value": "registry.acme.internal/mirror/docker.io/library/python:3.12"} in decision.patch
+    assert {
+        "op": "replace",
+        "path": "/spec/trainer/image",
+        "value": "registry.acme.internal/mirror/docker.io/library/python:3.12",
+    } in decision.patch
     assert "MPG-IMG-001" not in ids(decision)  # validation ran on the mirrored image
     phi = read("trainjobs/phi-pinned.yaml")
     out = mutated(org, phi)
     assert [e["name"] for e in out["spec"]["trainer"]["env"]] == [
-        "OMPI_MCA_btl_tcp_port_min_v4", "OMPI_MCA_btl_tcp_port_range_v4", "OMPI_MCA_oob_tcp_static_ipv4_ports",
-        "OMPI_MCA_btl_tcp_disable_family", "OMPI_MCA_oob_tcp_disable_family",
+        "OMPI_MCA_btl_tcp_port_min_v4",
+        "OMPI_MCA_btl_tcp_port_range_v4",
+        "OMPI_MCA_oob_tcp_static_ipv4_ports",
+        "OMPI_MCA_btl_tcp_disable_family",
+        "OMPI_MCA_oob_tcp_disable_family",
     ]
     override = read("trainjobs/deny-pinned-port-override.yaml")
     kept = mutated(org, override)["spec"]["trainer"]["env"]
-    assert kept[0] == {"name": "OMPI_MCA_btl_tcp_port_min_v4", "value": "1024"}  # never overwritten: denied instead
+    assert kept[0] == {
+        "name": "OMPI_MCA_btl_tcp_port_min_v4",
+        "value": "1024",
+    }  # never overwritten: denied instead
     assert len(kept) == 5
 
 

@@ -16,15 +16,46 @@ from tests.policy.helpers import decide, example_org, runtime_patch
 
 ORG: Config = example_org()
 
-scalars = st.none() | st.booleans() | st.integers(-5, 10**4) | st.floats(allow_nan=False, width=32) | st.text(max_size=12)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 10**4)
+    | st.floats(allow_nan=False, width=32)
+    | st.text(max_size=12)
+)
 field_names = st.sampled_from(
-    ["spec", "trainer", "numNodes", "image", "env", "name", "value", "runtimePatches", "manager", "labels",
-     "metadata", "containers", "securityContext", "resourcesPerNode", "limits", "nvidia.com/gpu", "initializer",
-     "storageUri", "runtimeRef", "template", "replicatedJobs", "activeDeadlineSeconds", "x"]
+    [
+        "spec",
+        "trainer",
+        "numNodes",
+        "image",
+        "env",
+        "name",
+        "value",
+        "runtimePatches",
+        "manager",
+        "labels",
+        "metadata",
+        "containers",
+        "securityContext",
+        "resourcesPerNode",
+        "limits",
+        "nvidia.com/gpu",
+        "initializer",
+        "storageUri",
+        "runtimeRef",
+        "template",
+        "replicatedJobs",
+        "activeDeadlineSeconds",
+        "x",
+    ]
 )
 json_values = st.recursive(
     scalars,
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(field_names | st.text(max_size=5), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(field_names | st.text(max_size=5), children, max_size=4)
+    ),
     max_leaves=30,
 )
 
@@ -54,17 +85,34 @@ BASE = {
     "spec": {
         "runtimeRef": {"name": "mpi-openmpi-data"},
         "initializer": {"dataset": {"storageUri": "s3://acme-eu-x"}},
-        "trainer": {"numNodes": 2, "image": "registry.acme.internal/a:1", "env": [{"name": "A", "value": "1"}],
-                    "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4}}},
-        "runtimePatches": [runtime_patch("x.example/p", "node", {"containers": [{"name": "node", "securityContext": {}}]})],
+        "trainer": {
+            "numNodes": 2,
+            "image": "registry.acme.internal/a:1",
+            "env": [{"name": "A", "value": "1"}],
+            "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4}},
+        },
+        "runtimePatches": [
+            runtime_patch("x.example/p", "node", {"containers": [{"name": "node", "securityContext": {}}]})
+        ],
     },
 }
 PATHS = [
-    ("spec",), ("spec", "trainer"), ("spec", "trainer", "numNodes"), ("spec", "trainer", "env"),
-    ("spec", "trainer", "env", 0), ("spec", "trainer", "resourcesPerNode"), ("spec", "trainer", "image"),
-    ("spec", "runtimePatches"), ("spec", "runtimePatches", 0), ("spec", "runtimePatches", 0, "trainingRuntimeSpec"),
-    ("spec", "initializer"), ("spec", "initializer", "dataset"), ("spec", "runtimeRef"), ("metadata",),
-    ("metadata", "labels"), ("spec", "activeDeadlineSeconds"),
+    ("spec",),
+    ("spec", "trainer"),
+    ("spec", "trainer", "numNodes"),
+    ("spec", "trainer", "env"),
+    ("spec", "trainer", "env", 0),
+    ("spec", "trainer", "resourcesPerNode"),
+    ("spec", "trainer", "image"),
+    ("spec", "runtimePatches"),
+    ("spec", "runtimePatches", 0),
+    ("spec", "runtimePatches", 0, "trainingRuntimeSpec"),
+    ("spec", "initializer"),
+    ("spec", "initializer", "dataset"),
+    ("spec", "runtimeRef"),
+    ("metadata",),
+    ("metadata", "labels"),
+    ("spec", "activeDeadlineSeconds"),
 ]
 
 
@@ -81,9 +129,21 @@ def test_never_raises_when_any_field_has_the_wrong_type(path: tuple[Any, ...], v
 
 
 security_values = st.dictionaries(
-    st.sampled_from(["runAsNonRoot", "allowPrivilegeEscalation", "privileged", "runAsUser", "capabilities",
-                     "seccompProfile", "readOnlyRootFilesystem"]),
-    st.booleans() | st.integers(0, 2000) | st.just({"drop": ["NET_RAW"]}) | st.just({"type": "RuntimeDefault"})
+    st.sampled_from(
+        [
+            "runAsNonRoot",
+            "allowPrivilegeEscalation",
+            "privileged",
+            "runAsUser",
+            "capabilities",
+            "seccompProfile",
+            "readOnlyRootFilesystem",
+        ]
+    ),
+    st.booleans()
+    | st.integers(0, 2000)
+    | st.just({"drop": ["NET_RAW"]})
+    | st.just({"type": "RuntimeDefault"})
     | st.just({"add": ["NET_BIND_SERVICE"]}),
     max_size=4,
 )
@@ -99,20 +159,32 @@ def trainjobs(draw: st.DrawFn) -> dict[str, Any]:
         labels["mpigate.io/data-classification"] = draw(st.sampled_from(["public", "phi", "internal"]))
     trainer: dict[str, Any] = {
         "numNodes": draw(st.integers(1, 6)),
-        "image": draw(st.sampled_from(["registry.acme.internal/a:1", "docker.io/library/python:3.12", "quay.io/acme/x"])),
+        "image": draw(
+            st.sampled_from(["registry.acme.internal/a:1", "docker.io/library/python:3.12", "quay.io/acme/x"])
+        ),
     }
     gpus = draw(st.integers(0, 8))
     if gpus:
         trainer["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": gpus}}
     if draw(st.booleans()):
-        trainer["env"] = [{"name": "OMPI_MCA_btl_tcp_port_min_v4", "value": "40000"}, {"name": "B", "value": "x"}]
-    spec: dict[str, Any] = {"runtimeRef": {"name": draw(st.sampled_from(["mpi-openmpi-gpu", "mpi-openmpi-data"]))},
-                            "trainer": trainer}
+        trainer["env"] = [
+            {"name": "OMPI_MCA_btl_tcp_port_min_v4", "value": "40000"},
+            {"name": "B", "value": "x"},
+        ]
+    spec: dict[str, Any] = {
+        "runtimeRef": {"name": draw(st.sampled_from(["mpi-openmpi-gpu", "mpi-openmpi-data"]))},
+        "trainer": trainer,
+    }
     if draw(st.booleans()):
         spec["activeDeadlineSeconds"] = draw(st.integers(60, 10**6))
     patches = []
-    for manager in draw(st.lists(st.sampled_from(["kueue.x-k8s.io/manager", "acme.example/a", "mpigate.io/admission"]),
-                                 unique=True, max_size=3)):
+    for manager in draw(
+        st.lists(
+            st.sampled_from(["kueue.x-k8s.io/manager", "acme.example/a", "mpigate.io/admission"]),
+            unique=True,
+            max_size=3,
+        )
+    ):
         job = draw(st.sampled_from(["node", "launcher"]))
         pod: dict[str, Any] = {}
         if draw(st.booleans()):
@@ -124,8 +196,12 @@ def trainjobs(draw: st.DrawFn) -> dict[str, Any]:
         patches.append(runtime_patch(manager, job, pod))
     if patches:
         spec["runtimePatches"] = patches
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": "gen", "namespace": namespace, "labels": labels}, "spec": spec}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "gen", "namespace": namespace, "labels": labels},
+        "spec": spec,
+    }
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -140,4 +216,6 @@ def test_patch_applies_to_the_mutated_object_and_mutation_is_idempotent(job: dic
     assert (second.allowed, second.rule_ids) == (first.allowed, first.rule_ids)
     # other managers' entries are untouched, in order
     others = [p for p in job["spec"].get("runtimePatches", []) if p["manager"] != "mpigate.io/admission"]
-    assert [p for p in once["spec"].get("runtimePatches", []) if p["manager"] != "mpigate.io/admission"] == others
+    assert [
+        p for p in once["spec"].get("runtimePatches", []) if p["manager"] != "mpigate.io/admission"
+    ] == others

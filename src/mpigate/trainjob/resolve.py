@@ -81,6 +81,8 @@ class Problem:
     message: str
     malformed: bool = False
     in_runtime: bool = False
+    #: Trainer accepts it, but it is probably not what the author meant (a note, not an error).
+    advisory: bool = False
 
     @property
     def path(self) -> str:
@@ -572,10 +574,12 @@ def resolve(
                 "Trainer rejects a TrainJob that configures it",
             )
     if trainer and trainer_job is None and job_docs:
-        tj_rec.add(
-            ("spec", "trainer"),
-            f"runtime {runtime_name} has no replicated job labelled {ANCESTOR_LABEL}: trainer, "
-            "so spec.trainer reaches no pod",
+        tj_rec.problems.append(
+            Problem(
+                ("spec", "trainer"),
+                f"runtime {runtime_name} has no job labelled trainer, so spec.trainer reaches no pod",
+                advisory=True,
+            )
         )
 
     return Resolution(
