@@ -159,7 +159,7 @@ def _trainjob(
             )
         )
 
-    ctx0, manifest = _job_context(config, request.operation, obj, namespace, name, team, live)
+    ctx0, manifest = _job_context(config, request.operation, obj, namespace, name, team, live, resolved=False)
     patch: list[dict[str, Any]] = []
     target: Mapping[str, Any] = obj
     if request.operation == "CREATE":
@@ -211,6 +211,7 @@ def _job_context(
     live: LiveContext | None,
     *,
     manifest: Mapping[str, Any] | None = None,
+    resolved: bool = True,
 ) -> tuple[JobContext, Mapping[str, Any] | None]:
     org = config.org
     labels = labels_of(obj)
@@ -257,7 +258,7 @@ def _job_context(
             and (a := org.runtime_approval(runtime_name, kind_s)) is not None
             and a.external
         ),
-        resolution=resolve(obj, manifest) if manifest is not None else None,
+        resolution=resolve(obj, manifest) if manifest is not None and resolved else None,
         classification=classification,
         region=region,
         profile=profile,

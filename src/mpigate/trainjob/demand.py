@@ -92,7 +92,15 @@ def _add(into: dict[str, Fraction], values: Mapping[str, Fraction]) -> None:
 
 
 def pod_resources(job: EffectiveJob) -> PodResources:
-    """Effective requests of one pod of ``job``."""
+    """Effective requests of one pod of ``job`` (computed once per job)."""
+    found = job.memo.get("pod_resources")
+    if found is None:
+        found = job.memo["pod_resources"] = _pod_resources(job)
+    assert isinstance(found, PodResources)
+    return found
+
+
+def _pod_resources(job: EffectiveJob) -> PodResources:
     spec = job.spec
     containers: list[ContainerResources] = []
     regular: dict[str, Fraction] = {}

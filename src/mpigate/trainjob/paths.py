@@ -110,7 +110,7 @@ def get_path(doc: Any, parts: Sequence[PathPart]) -> tuple[bool, Any]:
     node = doc
     for part in parts:
         if isinstance(part, Key):
-            if not isinstance(node, list):
+            if not isinstance(node, list | tuple):
                 return False, None
             for item in node:
                 if isinstance(item, Mapping) and str(item.get(part.field)) == part.value:
@@ -119,7 +119,7 @@ def get_path(doc: Any, parts: Sequence[PathPart]) -> tuple[bool, Any]:
             else:
                 return False, None
         elif isinstance(part, int):
-            if not isinstance(node, list) or not 0 <= part < len(node):
+            if not isinstance(node, list | tuple) or not 0 <= part < len(node):
                 return False, None
             node = node[part]
         else:

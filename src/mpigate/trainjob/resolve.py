@@ -34,7 +34,7 @@ from typing import Any, Literal
 from mpigate.config import parse_quantity
 
 from .paths import Key, PathPart, format_path, get_path, keyed_path
-from .smp import copy_json, strategic_merge
+from .smp import copy_json, merge_into
 
 __all__ = [
     "ANCESTOR_LABEL",
@@ -110,6 +110,11 @@ class Layer:
         """How many leading parts of ``keyed`` this layer defines."""
         node: Any = self.template
         for depth, part in enumerate(keyed):
+            if type(part) is str:
+                if not isinstance(node, Mapping) or part not in node:
+                    return depth
+                node = node[part]
+                continue
             found, node = get_path(node, (part,))
             if not found:
                 return depth
@@ -138,6 +143,9 @@ class EffectiveJob:
     template: Mapping[str, Any]
     layers: tuple[Layer, ...]
     index: int
+    # Memo of derived values (origins, pod resources): the job is immutable once built, and rules
+    # ask for the same facts repeatedly. Per object, so no state outlives a request.
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def pods(self) -> int:
@@ -166,6 +174,13 @@ class EffectiveJob:
         """Where the value at ``pod_path`` (relative to the pod template, with list indexes) was set,
         as a user-facing path. For a missing field: where it belongs, in the runtime or patch that
         comes closest to defining it."""
+        key = ("origin", tuple(pod_path))
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = self._origin(pod_path)
+        return str(found)
+
+    def _origin(self, pod_path: Sequence[str | int]) -> str:
         keyed = keyed_path(self.template, pod_path)
         best: Layer | None = None
         best_depth = -1
@@ -298,18 +313,20 @@ def parse_ml_policy(runtime_spec: Mapping[str, Any], rec: _Recorder) -> MLPolicy
 _JOB_TO_POD: tuple[PathPart, ...] = ("template", "spec", "template")
 
 
-def _runtime_jobs(runtime: Mapping[str, Any], rec: _Recorder) -> list[tuple[str, dict[str, Any]]]:
+def _runtime_jobs(runtime: Mapping[str, Any], rec: _Recorder) -> list[tuple[str, Mapping[str, Any]]]:
     spec = _mapping(runtime.get("spec"))
     template = rec.typed(spec.get("template"), Mapping, ("spec", "template")) or {}
     tspec = rec.typed(template.get("spec"), Mapping, ("spec", "template", "spec")) or {}
-    raw_jobs = rec.typed(tspec.get("replicatedJobs"), list, ("spec", "template", "spec", "replicatedJobs"))
-    jobs: list[tuple[str, dict[str, Any]]] = []
+    raw_jobs = rec.typed(
+        tspec.get("replicatedJobs"), (list, tuple), ("spec", "template", "spec", "replicatedJobs")
+    )
+    jobs: list[tuple[str, Mapping[str, Any]]] = []
     for i, raw in enumerate(raw_jobs or []):
         path = ("spec", "template", "spec", "replicatedJobs", i)
         if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
             rec.typed(raw, Mapping, path) if not isinstance(raw, Mapping) else rec.add(path, "has no name")
             continue
-        jobs.append((raw["name"], copy_json(raw)))
+        jobs.append((raw["name"], raw))
     return jobs
 
 
@@ -319,7 +336,9 @@ def _labels(job: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _pod_template(job: Mapping[str, Any]) -> dict[str, Any]:
     found, value = get_path(job, _JOB_TO_POD)
-    return dict(value) if found and isinstance(value, Mapping) else {}
+    if not found or not isinstance(value, Mapping):
+        return {}
+    return value if type(value) is dict else dict(value)
 
 
 def _set_pod_template(job: dict[str, Any], pod: dict[str, Any]) -> None:
@@ -396,9 +415,9 @@ def resolve(
     ``exclude_managers`` leaves out runtime patches by those managers (mpigate computes its own
     entry from the job without it). ``root`` prefixes runtime paths (default ``"runtime NAME: "``).
     """
-    # Frozen config manifests hold tuples and read-only mappings; work on plain JSON copies.
-    runtime = copy_json(runtime)
-    trainjob = copy_json(trainjob) if trainjob is not None else None
+    # Frozen config manifests hold tuples and read-only mappings. The runtime is only read (its
+    # layers keep the original); each job is copied once, as the private document patches merge
+    # into. The TrainJob is only read; what reaches the pods is copied where it is applied.
     rec = _Recorder(in_runtime=True)
     meta = _mapping(runtime.get("metadata"))
     runtime_name = str(meta.get("name", ""))
@@ -431,7 +450,8 @@ def resolve(
         layers[name] = [Layer("runtime", _pod_template(job), prefix, root)]
 
     # 2. runtime patches, in list order.
-    docs = dict(job_docs)
+    # The runtime layers keep the untouched runtime copy; patches merge into a private copy per job.
+    docs = {name: copy_json(job) for name, job in job_docs}
     for index, entry in enumerate(patches):
         base: tuple[PathPart, ...] = ("spec", "runtimePatches", index)
         if not isinstance(entry, Mapping):
@@ -471,7 +491,7 @@ def resolve(
             current = _pod_template(docs[job_name])
             _check_patch_containers(pod_patch, current, (*job_path, *_JOB_TO_POD), tj_rec)
             template = _without_unknown_containers(template, current)
-            docs[job_name] = strategic_merge(docs[job_name], {"template": template})
+            merge_into(docs[job_name], {"template": template})
             layers[job_name].append(Layer("patch", pod_patch, (*job_path, *_JOB_TO_POD), "", manager))
 
     # Pod counts (after patches: a patch may relabel a job's template metadata).
@@ -535,8 +555,7 @@ def resolve(
     jobs: list[EffectiveJob] = []
     initializer_seen = {DATASET_INITIALIZER: False, MODEL_INITIALIZER: False}
     for index, (name, job) in enumerate(docs.items()):
-        pod = _pod_template(job)
-        pod = copy_json(pod)
+        pod = _pod_template(job)  # the job document is private: no copy needed
         ancestor = _labels(job).get(ANCESTOR_LABEL)
         job_layers = layers[name]
         if ml is not None and ml.mpi and name in (NODE, LAUNCHER):

@@ -276,7 +276,7 @@ def _uris(ctx: JobContext) -> Iterator[Finding]:
             for list_field, index, container in job.containers():
                 for e_index, var in enumerate(as_list(container.get("env"))):
                     value = as_str(as_mapping(var).get("value"))
-                    if value is None:
+                    if value is None or "://" not in value:
                         continue
                     path = job.origin(("spec", list_field, index, "env", e_index))
                     name = as_mapping(var).get("name")
