@@ -113,7 +113,8 @@ def main() -> None:
         f"(loaded in {load_s:.1f}s)"
     )
     print(
-        f"{'example (CREATE)':<30}{'decode µs':>10}{'3 teams p50':>13}{'p99':>8}{'1000 teams p50':>16}{'p99':>8}  outcome"
+        f"{'example (CREATE)':<30}{'decode µs':>10}{'3 teams p50':>13}{'p99':>8}"
+        f"{'1000 teams p50':>16}{'p99':>8}  outcome"
     )
     all_small: list[float] = []
     all_large: list[float] = []
@@ -134,7 +135,8 @@ def main() -> None:
     for label, samples in (("3 teams", all_small), (f"{TEAMS} teams", all_large)):
         rate = len(samples) / (sum(samples) / 1e6)
         print(
-            f"all examples, {label:<10}: {rate:8.0f} evaluations/s, p50 {statistics.median(samples):6.0f} µs, "
+            f"all examples, {label:<10}: {rate:8.0f} evaluations/s, "
+            f"p50 {statistics.median(samples):6.0f} µs, "
             f"p99 {pct(samples, 0.99):6.0f} µs (goal ≤ 2000 µs)"
         )
 
