@@ -24,3 +24,13 @@ sed -i 's/team: cv-team/team: cv-teem/' build/demo-broken/rbac/cv-team.yaml
 sed -i 's/namespaces: \[research\]/namespaces: [research, nlp-team]/' build/demo-broken/quotas/research-team.yaml
 if mpigate check build/demo-broken; then echo "unexpected: the broken tree passed"; exit 1; fi
 echo "(exit status 1: the pull request's CI job fails with every problem listed)"
+
+step "4. Run the org's policy test suites (what CI runs on every pull request)"
+mpigate test .
+
+step "5. What the admission webhook answers for an allowed job (with the mutation it adds)"
+mpigate explain examples/trainjobs/minimal.yaml
+
+step "6. ... and for a denied one"
+if mpigate explain examples/trainjobs/deny-over-quota.yaml; then echo "unexpected: the job was allowed"; exit 1; fi
+echo "(exit status 1: denied, with the numbers and the fix)"
