@@ -57,7 +57,8 @@ class Page:
 def trainjob(
     name: str, patch_spec: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """An nlp-team TrainJob whose runtime patch (manager acme.example/debug) sets ``patch_spec`` on the launcher."""
+    """An nlp-team TrainJob whose runtime patch (manager acme.example/debug) sets ``patch_spec`` on "
+    "the launcher."""
     job: dict[str, Any] = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
@@ -155,29 +156,39 @@ PSS_WHY: dict[str, str] = {
     "privileged": "A privileged container has every capability and all host devices; it is root on the node.",
     "capabilities_baseline": "Capabilities such as SYS_ADMIN, SYS_PTRACE or NET_ADMIN break the container "
     "boundary. MPI images that ask for IPC_LOCK or SYS_PTRACE usually work without them (shared memory "
-    "through an emptyDir with medium Memory; CMA disabled through OMPI_MCA_btl_vader_single_copy_mechanism=none).",
+    "through an emptyDir with medium Memory; CMA disabled through "
+    "OMPI_MCA_btl_vader_single_copy_mechanism=none).",
     "hostPathVolumes": "A hostPath volume reads or writes the node's file system: other pods' data, kubelet "
     "credentials, container runtime sockets.",
     "hostPorts": "A host port exposes the pod on the node's address, outside the NetworkPolicies that "
     "isolate a team's jobs; sshd on 2222 needs only the pod network.",
     "hostProbesAndHostLifecycle": "A probe or lifecycle hook with `host` makes the kubelet connect to an "
     "arbitrary address, which can be used to reach the node's or other tenants' services.",
-    "appArmorProfile": "An Unconfined AppArmor profile removes the mandatory access control that confines the container.",
-    "seLinuxOptions": "Custom SELinux users, roles or types (such as spc_t) escape the container's SELinux confinement.",
-    "procMount": "An Unmasked /proc exposes kernel interfaces that the runtime normally hides from containers.",
-    "seccompProfile_baseline": "An Unconfined seccomp profile exposes every system call of the node's kernel.",
+    "appArmorProfile": "An Unconfined AppArmor profile removes the mandatory access control that "
+    "confines the container.",
+    "seLinuxOptions": "Custom SELinux users, roles or types (such as spc_t) escape the container's "
+    "SELinux confinement.",
+    "procMount": "An Unmasked /proc exposes kernel interfaces that the runtime normally hides from "
+    "containers.",
+    "seccompProfile_baseline": "An Unconfined seccomp profile exposes every system call of the "
+    "node's kernel.",
     "sysctls": "Only namespaced, safe sysctls may be set; others change kernel behaviour for the whole node.",
     "windowsHostProcess": "A Windows HostProcess container runs as a process on the node itself.",
     "restrictedVolumes": "Only volume types that cannot reach the node or arbitrary storage are allowed; "
     "data goes through PersistentVolumeClaims, CSI or the initializers.",
     "allowPrivilegeEscalation": "Without allowPrivilegeEscalation: false a process can gain more privileges "
     "than its parent (setuid binaries, file capabilities).",
-    "runAsNonRoot": "Root in a container is root on the node once anything goes wrong. Trainer's MPI runtimes "
+    "runAsNonRoot": "Root in a container is root on the node once anything goes wrong. Trainer's "
+    "MPI runtimes "
     "run sshd as UID 1000 (keys in /home/mpiuser/.ssh); mpigate's reference runtimes do the same.",
-    "runAsUser": "UID 0 is root. Many MPI images default to it; use a non-root user and the matching sshAuthMountPath.",
-    "seccompProfile_restricted": "RuntimeDefault filters the system calls containers do not need; restricted requires it.",
-    "capabilities_restricted": "Dropping ALL capabilities (adding back at most NET_BIND_SERVICE) is what restricted requires.",
-    "procMount_restricted": "At restricted (1.35+) /proc must be the default mount, even with user namespaces.",
+    "runAsUser": "UID 0 is root. Many MPI images default to it; use a non-root user and the "
+    "matching sshAuthMountPath.",
+    "seccompProfile_restricted": "RuntimeDefault filters the system calls containers do not need; "
+    "restricted requires it.",
+    "capabilities_restricted": "Dropping ALL capabilities (adding back at most NET_BIND_SERVICE) is "
+    "what restricted requires.",
+    "procMount_restricted": "At restricted (1.35+) /proc must be the default mount, even with user "
+    "namespaces.",
 }
 
 PSS_EXAMPLES: dict[str, Example] = {
@@ -237,17 +248,21 @@ ALIAS_WHAT = "Trainer resolves the TrainJob's pods from its runtime, every runti
 PAGES: dict[str, Page] = {
     "MPG-TEAM-001": Page(
         what="A TrainJob's namespace must belong to a team (a `TeamQuota` lists it under `spec.namespaces`). "
-        "With `managedNamespaces.unmanaged: deny` (the example org) TrainJobs elsewhere are denied; with `allow` "
+        "With `managedNamespaces.unmanaged: deny` (the example org) TrainJobs elsewhere are denied; "
+        "with `allow` "
         "they are admitted without team rules (quota, queues, residency, team labels), while the org-wide "
         "rules (Pod Security, images, credentials, MPI sanity, runtimes) still apply.",
-        why="Every GPU, every job and every audit record must be attributable to a team: quotas, chargeback and "
+        why="Every GPU, every job and every audit record must be attributable to a team: quotas, "
+        "chargeback and "
         "access reviews depend on it.",
-        fix="Create the TrainJob in your team's namespace, or have the platform team add the namespace to the "
+        fix="Create the TrainJob in your team's namespace, or have the platform team add the "
+        "namespace to the "
         "team's `quotas/<team>.yaml`.",
         example=Example(file="examples/trainjobs/deny-unmanaged-namespace.yaml"),
     ),
     "MPG-Q001": Page(
-        what="The job's GPU demand, per GPU resource, must fit what the team can *ever* be admitted: Σ over its "
+        what="The job's GPU demand, per GPU resource, must fit what the team can *ever* be "
+        "admitted: Σ over its "
         "flavors of `nominal + borrowingLimit`. Demand is counted as Kueue counts it: every pod of every "
         "replicated job (launcher, nodes, initializers) with its per-pod GPUs. With `runLauncherAsNode`, "
         "`numNodes: N` runs 1 launcher + max(N−1, 1) nodes, all with `resourcesPerNode`.",
@@ -258,9 +273,11 @@ PAGES: dict[str, Page] = {
         example=Example(file="examples/trainjobs/deny-over-quota.yaml"),
     ),
     "MPG-Q002": Page(
-        what="`spec.trainer.numNodes` (or the runtime's `mlPolicy.numNodes` when the job omits it) must not exceed "
+        what="`spec.trainer.numNodes` (or the runtime's `mlPolicy.numNodes` when the job omits it) "
+        "must not exceed "
         "the team's `maxNodesPerJob`.",
-        why="Very wide jobs fragment the cluster and are the first to be preempted; the limit is an agreement "
+        why="Very wide jobs fragment the cluster and are the first to be preempted; the limit is an "
+        "agreement "
         "between the team and the platform.",
         fix="Use fewer, fuller nodes (more GPUs per pod), or ask for a higher `maxNodesPerJob`.",
         example=Example(file="examples/trainjobs/deny-too-many-nodes.yaml"),
@@ -269,23 +286,29 @@ PAGES: dict[str, Page] = {
         what="Per pod, GPUs must fit one node of the team's flavors (`gpusPerNode`), GPU requests must equal "
         "limits (or only limits are set), and GPU counts are whole numbers.",
         why="A pod asking for more GPUs than a node has can never be scheduled; extended resources cannot be "
-        "overcommitted, and the API server rejects requests without limits only after Kueue admitted the job.",
-        fix="Ask for at most `gpusPerNode` GPUs per pod (`spec.trainer.resourcesPerNode.limits`) and scale out "
+        "overcommitted, and the API server rejects requests without limits only after Kueue "
+        "admitted the job.",
+        fix="Ask for at most `gpusPerNode` GPUs per pod (`spec.trainer.resourcesPerNode.limits`) "
+        "and scale out "
         "with `numNodes`.",
         example=Example(file="examples/trainjobs/deny-gpus-per-pod.yaml"),
     ),
     "MPG-Q004": Page(
-        what="MPI slots per worker should match GPUs per pod. Slots are `spec.trainer.numProcPerNode`, else the "
-        "runtime's `mlPolicy.mpi.numProcPerNode`; when that is 1 and a pod asks for more than one GPU, Trainer "
+        what="MPI slots per worker should match GPUs per pod. Slots are "
+        "`spec.trainer.numProcPerNode`, else the "
+        "runtime's `mlPolicy.mpi.numProcPerNode`; when that is 1 and a pod asks for more than one "
+        "GPU, Trainer "
         "uses the GPU count. CPU-only jobs are warned when slots exceed the requested CPUs.",
-        why="Fewer ranks than GPUs leaves GPUs idle (and still billed); more ranks than GPUs makes them share "
+        why="Fewer ranks than GPUs leaves GPUs idle (and still billed); more ranks than GPUs makes "
+        "them share "
         "devices. Advisory: Trainer runs the job either way.",
         fix="Set `spec.trainer.numProcPerNode` to the GPUs per pod, or ask for as many GPUs as ranks.",
         example=Example(file="examples/trainjobs/warn-slots-mismatch.yaml"),
         notes="Advisory in the catalogue: `enforce` acts as `warn`.",
     ),
     "MPG-Q005": Page(
-        what="The Kueue queue label `kueue.x-k8s.io/queue-name` must name one of the team's LocalQueues. When "
+        what="The Kueue queue label `kueue.x-k8s.io/queue-name` must name one of the team's "
+        "LocalQueues. When "
         "it is absent, mpigate sets the team's default queue on CREATE.",
         why="A job in another team's queue would consume that team's quota.",
         fix="Remove the label (mpigate sets the default) or use one of the queues the message lists.",
@@ -293,7 +316,8 @@ PAGES: dict[str, Page] = {
         extra=("minimal",),
     ),
     "MPG-Q006": Page(
-        what="The priority label `kueue.x-k8s.io/priority-class` must name a WorkloadPriorityClass the team may "
+        what="The priority label `kueue.x-k8s.io/priority-class` must name a WorkloadPriorityClass "
+        "the team may "
         "use (`priorityClasses` in its TeamQuota). When absent, mpigate sets the team's default (the first).",
         why="Priority decides preemption; teams agree on which classes they may use.",
         fix="Remove the label or use one of the allowed classes.",
@@ -301,15 +325,18 @@ PAGES: dict[str, Page] = {
         extra=("minimal",),
     ),
     "MPG-Q007": Page(
-        what="On CREATE, the team's active TrainJobs (read by the webhook from the cluster) must be fewer than "
-        "its `maxConcurrentJobs`. Without live context the rule is silent (the webhook adds a warning that live "
+        what="On CREATE, the team's active TrainJobs (read by the webhook from the cluster) must be "
+        "fewer than "
+        "its `maxConcurrentJobs`. Without live context the rule is silent (the webhook adds a "
+        "warning that live "
         "context was unavailable); the rendered ResourceQuota backstop still counts TrainJobs.",
         why="A cap on concurrent jobs keeps one team's sweep from flooding the queue and the API server.",
         fix="Wait for a job to finish or delete one, or ask for a higher `maxConcurrentJobs`.",
         example=Example(file="examples/trainjobs/queue-full.yaml", args=("--active-jobs", "5")),
     ),
     "MPG-Q008": Page(
-        what="On CREATE, with live usage from Kueue (`status.flavorsReservation`), warn when the job does not fit "
+        what="On CREATE, with live usage from Kueue (`status.flavorsReservation`), warn when the "
+        "job does not fit "
         "the team's free quota right now, with the expected wait.",
         why="Users otherwise see a silent `Pending`; the warning says how many GPUs must free up first.",
         fix="Nothing is required: Kueue admits the job later. Ask for fewer GPUs to start sooner.",
@@ -320,21 +347,26 @@ PAGES: dict[str, Page] = {
         what="Every replicated job's pods are pinned to the team's region: on CREATE mpigate's runtime patch "
         "adds the region's `nodeLabels` as a nodeSelector for every replicated job. A data classification "
         "label (`mpigate.io/data-classification`) may narrow the regions; a team outside them is denied.",
-        why="Data residency (GDPR Art. 44, HIPAA) is about where the computation runs, not only where data rests.",
+        why="Data residency (GDPR Art. 44, HIPAA) is about where the computation runs, not only "
+        "where data rests.",
         fix="Run the job from a team in an allowed region, and do not override the region nodeSelector.",
         example=Example(file="examples/trainjobs/deny-phi-outside-eu.yaml"),
         extra=("minimal",),
     ),
     "MPG-RES-002": Page(
-        what="No nodeSelector, node affinity or toleration — in the runtime or in any runtime patch other than "
-        "mpigate's — may target another region: its node labels or the labels and tolerations of flavors there.",
+        what="No nodeSelector, node affinity or toleration — in the runtime or in any runtime patch "
+        "other than "
+        "mpigate's — may target another region: its node labels or the labels and tolerations of "
+        "flavors there.",
         why="A later patch could otherwise pull pods across the border despite mpigate's own pinning.",
         fix="Remove the selector; mpigate pins the pods to the team's region itself.",
         example=Example(file="examples/trainjobs/deny-other-region-nodes.yaml"),
     ),
     "MPG-RES-003": Page(
-        what="`spec.initializer.dataset/model.storageUri` and every env value that is a storage URI (s3://, gs://, "
-        "hf://, pvc://, abfs:// ... and every scheme named in a region's `dataLocations`) must start with one of "
+        what="`spec.initializer.dataset/model.storageUri` and every env value that is a storage URI "
+        "(s3://, gs://, "
+        "hf://, pvc://, abfs:// ... and every scheme named in a region's `dataLocations`) must "
+        "start with one of "
         "the region's `dataLocations`. http(s) URLs are endpoints, not data locations, and are not judged. "
         "Credentials inside a URI are never shown.",
         why="Reading data from another region moves it across the border.",
@@ -343,10 +375,12 @@ PAGES: dict[str, Page] = {
     ),
     "MPG-RT-001": Page(
         what="The TrainJob's `spec.runtimeRef` must name a runtime approved in `policies/org.yaml` "
-        "(`spec.runtimes.allowed`, optionally per team) and allowed by the team's `runtimes`; approved runtimes "
+        "(`spec.runtimes.allowed`, optionally per team) and allowed by the team's `runtimes`; "
+        "approved runtimes "
         "are reviewed manifests in the config tree (or marked `external`). It also covers what Trainer would "
         "reject about the fit of job and runtime: patches naming jobs or containers the runtime lacks, env "
-        "patches on Trainer's reserved containers, initializers the runtime does not run. On CREATE/UPDATE of a "
+        "patches on Trainer's reserved containers, initializers the runtime does not run. On "
+        "CREATE/UPDATE of a "
         "runtime object with an approved name, its spec must equal the reviewed manifest.",
         why="The runtime decides the pods: images, users, volumes. Only reviewed runtimes keep that under "
         "change control.",
@@ -354,19 +388,26 @@ PAGES: dict[str, Page] = {
         example=Example(file="examples/trainjobs/deny-unapproved-runtime.yaml"),
     ),
     "MPG-RT-002": Page(
-        what="MPI runtime sanity: `mlPolicy.mpi.mpiImplementation` must be one the org allows (Trainer supports "
+        what="MPI runtime sanity: `mlPolicy.mpi.mpiImplementation` must be one the org allows "
+        "(Trainer supports "
         "OpenMPI), and `sshAuthMountPath` must match the user the launcher and node containers run as: "
         "`/root/.ssh` only for root, `/home/<user>/.ssh` for non-root images.",
-        why="ssh reads keys from the home of the user it runs as; a mismatch makes mpirun fail after the job was "
+        why="ssh reads keys from the home of the user it runs as; a mismatch makes mpirun fail "
+        "after the job was "
         "admitted and the GPUs reserved.",
-        fix="Set `sshAuthMountPath` to the home of the image's user (Trainer's images: `/home/mpiuser/.ssh`, UID 1000).",
+        fix="Set `sshAuthMountPath` to the home of the image's user (Trainer's images: "
+        "`/home/mpiuser/.ssh`, UID 1000).",
         example=Example(file="examples/runtimes/deny-root-runtime.yaml"),
     ),
     "MPG-SEC-SECRETS": Page(
-        what="No literal env value may look like a credential: by its name (PASSWORD, TOKEN, SECRET, API_KEY, "
-        "ACCESS_KEY ... as whole words) or by its shape (AWS key ids, GitHub/Slack/Hugging Face tokens, private "
-        "keys, JWTs, credentials in URIs, long random strings). Checked on every container of every effective "
-        "pod. Values are never echoed back — only the variable's name, why it looks like a credential and its length.",
+        what="No literal env value may look like a credential: by its name (PASSWORD, TOKEN, "
+        "SECRET, API_KEY, "
+        "ACCESS_KEY ... as whole words) or by its shape (AWS key ids, GitHub/Slack/Hugging Face "
+        "tokens, private "
+        "keys, JWTs, credentials in URIs, long random strings). Checked on every container of every "
+        "effective "
+        "pod. Values are never echoed back — only the variable's name, why it looks like a "
+        "credential and its length.",
         why="Literal values are stored in etcd, in the audit log and in every `kubectl get -o yaml`.",
         fix="Put the value in a Secret and use `valueFrom.secretKeyRef`; rotate the credential.",
         example=Example(file="examples/trainjobs/deny-plaintext-secret.yaml"),
@@ -375,12 +416,14 @@ PAGES: dict[str, Page] = {
     "MPG-SA-001": Page(
         what="A `serviceAccountName` set by a runtime patch must be one of the team's service accounts (from "
         "`rbac/<team>.yaml`) or `default`.",
-        why="A pod runs with its service account's permissions: borrowing another team's identity borrows its access.",
+        why="A pod runs with its service account's permissions: borrowing another team's identity "
+        "borrows its access.",
         fix="Use one of your team's service accounts, or have the team admin add it to `rbac/<team>.yaml`.",
         example=Example(file="examples/trainjobs/deny-foreign-service-account.yaml"),
     ),
     "MPG-IMG-001": Page(
-        what="Every image of every effective pod (trainer, runtime, initializers, init and ephemeral containers) "
+        what="Every image of every effective pod (trainer, runtime, initializers, init and "
+        "ephemeral containers) "
         "must come from an allowed registry. References are parsed like the container runtime does "
         "(`python:3.12` is `docker.io/library/python:3.12`; `registry.acme.internal.evil.com` is not "
         "`registry.acme.internal`). On CREATE, `spec.trainer.image` — the only image field a TrainJob can "
@@ -398,7 +441,8 @@ PAGES: dict[str, Page] = {
         notes="In the example org this rule is in `warn` mode while tags are being migrated.",
     ),
     "MPG-NET-001": Page(
-        what="Every pod carries `mpigate.io/team=<team>`, which the namespace NetworkPolicies select. mpigate's "
+        what="Every pod carries `mpigate.io/team=<team>`, which the namespace NetworkPolicies "
+        "select. mpigate's "
         "runtime patch sets it on CREATE; the runtime or another patch may not set it to another team.",
         why="Without the label the pods are isolated from each other and DNS; with another team's label they "
         "would be let in by that team's policies.",
@@ -406,10 +450,13 @@ PAGES: dict[str, Page] = {
         example=Example(file="examples/trainjobs/deny-team-label-spoof.yaml"),
     ),
     "MPG-NET-002": Page(
-        what="With the `pinned-ports` network profile (the team's, or the data classification's), the OpenMPI "
-        "port environment (`OMPI_MCA_btl_tcp_port_min_v4`, `..._port_range_v4`, `OMPI_MCA_oob_tcp_static_ipv4_ports`, "
+        what="With the `pinned-ports` network profile (the team's, or the data classification's), "
+        "the OpenMPI "
+        "port environment (`OMPI_MCA_btl_tcp_port_min_v4`, `..._port_range_v4`, "
+        "`OMPI_MCA_oob_tcp_static_ipv4_ports`, "
         "IPv6 disabled) is injected into `spec.trainer.env` on CREATE, and nothing may override it.",
-        why="The profile's NetworkPolicy opens only sshd and the pinned ports; OpenMPI on other ports would hang.",
+        why="The profile's NetworkPolicy opens only sshd and the pinned ports; OpenMPI on other "
+        "ports would hang.",
         fix="Remove the overriding variable; mpigate sets it.",
         example=Example(file="examples/trainjobs/deny-pinned-port-override.yaml"),
         extra=("phi-pinned",),
@@ -423,23 +470,27 @@ PAGES: dict[str, Page] = {
         extra=("minimal",),
     ),
     "MPG-LIFE-002": Page(
-        what="Labels the org (`lifecycle.requiredLabels`) or the team (`requiredLabels`) require must be present; "
+        what="Labels the org (`lifecycle.requiredLabels`) or the team (`requiredLabels`) require "
+        "must be present; "
         "a data classification label must name a classification the org defines and the team may process.",
         why="Cost centers drive chargeback; classifications drive residency, network posture and digests.",
         fix="Add the labels the message lists.",
         example=Example(file="examples/trainjobs/deny-lifecycle.yaml"),
     ),
     "MPG-LIFE-003": Page(
-        what="On UPDATE, mpigate's runtime patch entry (`manager: mpigate.io/admission`) must stay as it was set "
+        what="On UPDATE, mpigate's runtime patch entry (`manager: mpigate.io/admission`) must stay "
+        "as it was set "
         "on CREATE, and the queue label may only move between the team's own queues. Other rules report only "
         "what an update introduces: a label change by Kueue is never denied for a pre-existing condition.",
-        why="Trainer lets suspended jobs change their runtime patches; removing mpigate's entry would remove the "
+        why="Trainer lets suspended jobs change their runtime patches; removing mpigate's entry "
+        "would remove the "
         "residency pinning and the team label.",
         fix="Leave the entry alone; delete and re-create the job to change it.",
         example=Example(file="examples/trainjobs/minimal.yaml", old={"queue": "nlp-team"}),
     ),
     "MPG-LIFE-004": Page(
-        what="DELETE (and CONNECT) of TrainJobs and runtimes are always allowed and recorded, with who did it, "
+        what="DELETE (and CONNECT) of TrainJobs and runtimes are always allowed and recorded, with "
+        "who did it, "
         "in mode `audit` whatever the enforcement settings say.",
         why="Audit trails must show who stopped or removed a job, not only who created it.",
         fix="Nothing to fix: this rule only records.",
@@ -569,7 +620,8 @@ def pss_page(info: RuleInfo) -> Page:
     notes = ""
     if check in overridden:
         notes = (
-            f"At `restricted` this baseline check is replaced by [{overridden[check]}]({overridden[check]}.md), "
+            "At `restricted` this baseline check is replaced by "
+            f"[{overridden[check]}]({overridden[check]}.md), "
             "exactly as upstream pod-security-admission does, so it fires only when the org runs `baseline`; "
             "the example above uses the example org switched to `baseline`."
         )
@@ -577,8 +629,10 @@ def pss_page(info: RuleInfo) -> Page:
         what=ALIAS_WHAT
         + f"mpigate runs the upstream Pod Security check `{check}` on every effective pod (init, "
         f"regular and ephemeral containers), at {at} (`spec.security.podSecurity` in `policies/org.yaml`, "
-        "versioned like pod-security-admission; `latest` is the newest). The violation points at the document "
-        "and field that set the value: the runtime, a runtime patch (by manager) or `spec.trainer`. Runtimes are "
+        "versioned like pod-security-admission; `latest` is the newest). The violation points at "
+        "the document "
+        "and field that set the value: the runtime, a runtime patch (by manager) or `spec.trainer`. "
+        "Runtimes are "
         "checked on their own when they are created or updated.",
         why=PSS_WHY.get(check, ""),
         fix=info.title + ". " + _pss_fix(check),
@@ -598,7 +652,8 @@ def _pss_fix(check: str) -> str:
         "capabilities_restricted",
     ):
         extra = (
-            " With `injectDefaults` mpigate adds this setting through its runtime patch wherever the pod leaves it "
+            " With `injectDefaults` mpigate adds this setting through its runtime patch wherever "
+            "the pod leaves it "
             "unset; it never overrides a value that is set explicitly."
         )
     return PSS_FIXES.get(check, "") + extra
@@ -621,7 +676,8 @@ def index(rules: list[RuleInfo]) -> str:
         if info.advisory:
             family += ", advisory"
         lines.append(
-            f"| [{info.id}]({info.id}.md) | {info.title} | {family} | {info.mutates or '—'} | {', '.join(info.controls)} |"
+            f"| [{info.id}]({info.id}.md) | {info.title} | {family} | {info.mutates or '—'} | "
+            f"{', '.join(info.controls)} |"
         )
     lines += [
         "",
