@@ -14,7 +14,7 @@ from mpigate.config.model import Enforcement
 from mpigate.policy import LiveContext
 from mpigate.policy.findings import WARNING_LIMIT
 from mpigate.policy.rules.security import credential_reason
-from tests.policy.helpers import NOW, decide, example_org, ids, read, runtime_patch, trainjob
+from tests.policy.helpers import decide, example_org, ids, read, runtime_patch, trainjob
 
 
 @pytest.fixture(scope="module")
@@ -498,5 +498,3 @@ def test_other_kinds_are_not_ours(org: Config) -> None:
     decision = decide(org, {"kind": "ConfigMap", "metadata": {"name": "x", "namespace": "nlp-team"}})
     assert decision.allowed and decision.violations == () and decision.patch == ()
 
-
-_ = NOW

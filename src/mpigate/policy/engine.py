@@ -33,7 +33,7 @@ from fractions import Fraction
 from typing import Any
 
 from mpigate.catalogue import all_rules
-from mpigate.config import Config, format_duration, parse_quantity
+from mpigate.config import Config, parse_quantity
 from mpigate.config.model import Team
 from mpigate.trainjob import Problem, Resolution, format_quantity, resolve, resolve_runtime
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
@@ -67,7 +67,7 @@ from .rules.network import check_network
 from .rules.quota import check_quota
 from .rules.residency import check_residency
 from .rules.runtime import check_mpi_sanity, check_runtime_approval, check_runtime_drift
-from .rules.security import check_pod_security, check_secrets, check_service_accounts
+from .rules.security import check_pod_security, check_secrets, check_service_accounts, credential_reason
 
 __all__ = ["RUNTIME_KINDS", "evaluate"]
 
@@ -420,8 +420,6 @@ def _trainer_only(ctx: JobContext) -> Iterator[Finding]:
             patchable=True,
         )
     if org.security.forbid_plaintext_secrets:
-        from .rules.security import credential_reason
-
         for var in ctx.trainer.get("env") or [] if isinstance(ctx.trainer.get("env"), list) else []:
             var = as_mapping(var)
             name, value = as_str(var.get("name")), var.get("value")
@@ -601,6 +599,3 @@ def _decide(
         demand=demand,
         message=message,
     )
-
-
-_ = format_duration  # kept for messages composed by callers of this module

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from mpigate.config import Config
+from mpigate.config import Config, thaw
 from mpigate.config.model import Team
 from mpigate.policy.context import as_int, as_mapping
 from mpigate.policy.findings import Finding
@@ -95,8 +95,6 @@ def check_runtime_drift(
     reviewed = config.runtime(kind, name, namespace)
     if approval is None or reviewed is None:
         return
-    from mpigate.config import thaw
-
     if thaw(reviewed.manifest.get("spec")) != thaw(obj.get("spec")):
         yield Finding(
             "MPG-RT-001",

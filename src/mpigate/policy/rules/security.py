@@ -15,7 +15,7 @@ from mpigate.config.model import SecurityPolicy
 from mpigate.policy import pss
 from mpigate.policy.context import as_list, as_mapping, as_str
 from mpigate.policy.findings import Finding
-from mpigate.trainjob import EffectiveJob, Resolution
+from mpigate.trainjob import EffectiveJob, Resolution, parse_path
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 __all__ = ["PSS_FIXES", "check_pod_security", "check_secrets", "check_service_accounts", "credential_reason"]
@@ -95,8 +95,6 @@ def check_pod_security(
 
 
 def _parse(raw: str) -> tuple[str | int, ...]:
-    from mpigate.trainjob import parse_path
-
     return parse_path(raw)
 
 
