@@ -187,7 +187,7 @@ def _trainjob(
     return _decide(
         config,
         request,
-        namespace,
+        namespace or None,
         name,
         team,
         findings,

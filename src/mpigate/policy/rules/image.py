@@ -17,6 +17,7 @@ def check_images(
     policy: ImagePolicy, jobs: tuple[EffectiveJob, ...], *, require_digest: bool, digest_reason: str
 ) -> Iterator[Finding]:
     seen: set[str] = set()
+    parsed: dict[str, images.ImageRef | images.ImageRefError] = {}
     for job in jobs:
         for list_field, index, container in job.containers():
             image = container.get("image")
@@ -34,6 +35,7 @@ def check_images(
                 require_digest=require_digest,
                 digest_reason=digest_reason,
                 patchable=patchable,
+                parsed=parsed,
             )
 
 
@@ -45,8 +47,9 @@ def check_image_ref(
     require_digest: bool,
     digest_reason: str,
     patchable: bool = False,
+    parsed: dict[str, images.ImageRef | images.ImageRefError] | None = None,
 ) -> Iterator[Finding]:
-    """Both image rules for one reference."""
+    """Both image rules for one reference (``parsed`` memoises parsing across the pods of a job)."""
     allowed = policy.allowed_registries
     if not isinstance(image, str):
         yield Finding(
@@ -57,8 +60,18 @@ def check_image_ref(
             "image is not a string",
         )
         return
+    cached = parsed.get(image) if parsed is not None else None
     try:
-        ref = images.parse_image(image)
+        if cached is None:
+            try:
+                cached = images.parse_image(image)
+            except images.ImageRefError as error:
+                cached = error
+            if parsed is not None:
+                parsed[image] = cached
+        if isinstance(cached, images.ImageRefError):
+            raise cached
+        ref = cached
     except images.ImageRefError as exc:
         yield Finding(
             "MPG-IMG-001",
