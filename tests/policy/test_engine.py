@@ -237,6 +237,14 @@ def test_rt_002_and_runtime_objects(org: Config) -> None:
     assert decide(org, read("runtimes/mpi-openmpi-team.yaml")).allowed  # unapproved runtimes may exist
     reviewed = read(org.root + "/policies/runtimes/mpi-openmpi-gpu.yaml")
     assert decide(org, reviewed).allowed
+    # as stored by the API server, with the CRD defaults filled in, it is still the reviewed runtime
+    stored = json.loads(json.dumps(reviewed))
+    for job in stored["spec"]["template"]["spec"]["replicatedJobs"]:
+        job.update(groupName="default", replicas=1)
+    stored["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["ports"][0]["protocol"] = "TCP"
+    assert decide(org, stored).allowed
     tampered = json.loads(json.dumps(reviewed))
     tampered["spec"]["mlPolicy"]["mpi"]["sshAuthMountPath"] = "/root/.ssh"
     drift = decide(org, tampered)
@@ -497,4 +505,3 @@ def test_every_example_decision_serialises_and_warnings_fit(org: Config) -> None
 def test_other_kinds_are_not_ours(org: Config) -> None:
     decision = decide(org, {"kind": "ConfigMap", "metadata": {"name": "x", "namespace": "nlp-team"}})
     assert decision.allowed and decision.violations == () and decision.patch == ()
-

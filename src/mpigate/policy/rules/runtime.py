@@ -10,6 +10,7 @@ from mpigate.config.model import Team
 from mpigate.policy.context import as_int, as_mapping
 from mpigate.policy.findings import Finding
 from mpigate.trainjob import EffectiveJob, Resolution
+from mpigate.trainjob.defaults import with_runtime_defaults
 from mpigate.trainjob.resolve import LAUNCHER, MPIGATE_MANAGER, NODE
 
 __all__ = ["check_mpi_sanity", "check_runtime_approval", "check_runtime_drift"]
@@ -95,7 +96,8 @@ def check_runtime_drift(
     reviewed = config.runtime(kind, name, namespace)
     if approval is None or reviewed is None:
         return
-    if thaw(reviewed.manifest.get("spec")) != thaw(obj.get("spec")):
+    # Compare modulo the CRD defaults the API server adds (groupName, replicas, port protocol ...).
+    if with_runtime_defaults(thaw(reviewed.manifest.get("spec"))) != with_runtime_defaults(obj.get("spec")):
         yield Finding(
             "MPG-RT-001",
             "spec",
