@@ -144,18 +144,18 @@ def _trainjob(
         return _audited(config, request, namespace, name, team)
 
     findings: list[Finding] = []
-    if team is None and config.org.unmanaged_namespaces == "deny":
+    # A namespace cannot change on UPDATE, so MPG-TEAM-001 is judged on CREATE only.
+    if team is None and config.org.unmanaged_namespaces == "deny" and request.operation == "CREATE":
+        shown = namespace or "(none)"
         findings.append(
             Finding(
                 "MPG-TEAM-001",
                 "metadata.namespace",
-                f"namespace {namespace or '(none)'} belongs to no team; this org admits TrainJobs "
-                "only in team "
-                "namespaces (managedNamespaces.unmanaged: deny).",
-                "Create the TrainJob in your team's namespace, or ask the platform team to add "
-                f"{namespace or 'it'} "
+                f"namespace {shown} belongs to no team; this org admits TrainJobs only in team namespaces "
+                "(managedNamespaces.unmanaged: deny).",
+                f"Create the TrainJob in your team's namespace, or ask the platform team to add {shown} "
                 "to a TeamQuota's spec.namespaces.",
-                f"namespace {namespace or '(none)'} belongs to no team",
+                f"namespace {shown} belongs to no team",
             )
         )
 
@@ -203,7 +203,7 @@ def _trainjob(
 
 def _job_context(
     config: Config,
-    operation: Any,
+    operation: Operation,
     obj: Mapping[str, Any],
     namespace: str,
     name: str,
