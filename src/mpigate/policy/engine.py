@@ -55,6 +55,7 @@ from .decision import (
     JobDemand,
     LiveContext,
     Mode,
+    Operation,
     Violation,
 )
 from .demand import build_demand, gpu_resources, is_gpu
