@@ -147,8 +147,8 @@ def main() -> None:
             f"p99 {pct(samples, 0.99):5.0f} µs; CPU p50 {statistics.median(cpu):5.0f} µs, "
             f"p99 {pct(cpu, 0.99):5.0f} µs (goal p99 ≤ 2000 µs)"
         )
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load average while measuring: {load} ({os.cpu_count()} CPUs)")
+    averages = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average while measuring: {averages} ({os.cpu_count()} CPUs)")
 
 
 if __name__ == "__main__":
