@@ -56,6 +56,7 @@ format: venv
 
 docs: venv
 	$(BIN)/python -m mpigate.config.reference > docs/config-reference.md
+	$(BIN)/python scripts/gen_policy_docs.py
 
 demo: system-deps venv
 	@PATH="$(abspath $(BIN)):$$PATH" bash scripts/demo.sh

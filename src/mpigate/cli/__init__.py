@@ -12,6 +12,7 @@ from mpigate import __version__
 
 from .config_commands import check_command, init_command, schema_command
 from .preflight_commands import preflight_command
+from .engine_commands import explain_command, test_command
 
 __all__ = ["cli", "main"]
 
@@ -39,6 +40,8 @@ cli.add_command(check_command)
 cli.add_command(init_command)
 cli.add_command(schema_command)
 cli.add_command(preflight_command)
+cli.add_command(explain_command)
+cli.add_command(test_command)
 
 
 def main() -> None:
