@@ -181,20 +181,16 @@ def test_trainer_image_mirror_and_pinned_ports(org: Config) -> None:
     assert "MPG-IMG-001" not in ids(decision)  # validation ran on the mirrored image
     phi = read("trainjobs/phi-pinned.yaml")
     out = mutated(org, phi)
-    assert [e["name"] for e in out["spec"]["trainer"]["env"]] == [
-        "OMPI_MCA_btl_tcp_port_min_v4",
-        "OMPI_MCA_btl_tcp_port_range_v4",
-        "OMPI_MCA_oob_tcp_static_ipv4_ports",
-        "OMPI_MCA_btl_tcp_disable_family",
-        "OMPI_MCA_oob_tcp_disable_family",
-    ]
+    pinned = [name for name, _ in org.network_profiles["pinned-ports"].openmpi_env]
+    assert [e["name"] for e in out["spec"]["trainer"]["env"]] == pinned
+    assert "OMPI_MCA_oob_tcp_static_ipv6_ports" in pinned
     override = read("trainjobs/deny-pinned-port-override.yaml")
     kept = mutated(org, override)["spec"]["trainer"]["env"]
     assert kept[0] == {
         "name": "OMPI_MCA_btl_tcp_port_min_v4",
         "value": "1024",
     }  # never overwritten: denied instead
-    assert len(kept) == 5
+    assert len(kept) == len(pinned)
 
 
 def test_no_mutation_on_update_or_delete(org: Config) -> None:

@@ -11,8 +11,8 @@ import click
 from mpigate import __version__
 
 from .config_commands import check_command, init_command, schema_command
-from .preflight_commands import preflight_command
 from .engine_commands import explain_command, test_command
+from .preflight_commands import preflight_command
 
 __all__ = ["cli", "main"]
 
