@@ -201,3 +201,14 @@ def test_no_mutation_on_update_or_delete(org: Config) -> None:
 
 def test_patch_is_json(org: Config) -> None:
     json.dumps(list(decide(org, read("trainjobs/llm-finetune.yaml")).patch))
+
+
+def test_mirror_that_would_make_an_invalid_name_is_not_applied(org: Config) -> None:
+    """A long Docker Hub name plus the mirror prefix exceeds the 255-character limit: no mirror
+    rewrite (and no crash); the image stays unallowed and is denied with MPG-IMG-001."""
+    job = read("trainjobs/minimal.yaml")
+    job["spec"]["trainer"]["image"] = "docker.io/acme/" + "x" * 230 + ":1.0"
+    decision = decide(org, job)
+    assert not any(op.get("path") == "/spec/trainer/image" for op in decision.patch)
+    assert "MPG-IMG-001" in ids(decision)
+    assert not decision.allowed

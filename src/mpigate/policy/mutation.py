@@ -73,7 +73,10 @@ def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> 
             except images.ImageRefError:
                 ref = None
             if ref is not None and images.registry_allowed(ref, config.org.images.allowed_registries) is None:
-                mirrored = images.mirror_image(ref, mirrors)
+                try:
+                    mirrored = images.mirror_image(ref, mirrors)
+                except images.ImageRefError:  # e.g. the mirrored name would exceed 255 characters
+                    mirrored = None
                 if mirrored is not None:
                     trainer["image"] = str(mirrored)
     profile = ctx.profile

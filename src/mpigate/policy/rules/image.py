@@ -82,7 +82,10 @@ def check_image_ref(
         )
         return
     if allowed and images.registry_allowed(ref, allowed) is None:
-        mirrored = images.mirror_image(ref, policy.mirrors) if policy.mirrors else None
+        try:
+            mirrored = images.mirror_image(ref, policy.mirrors) if policy.mirrors else None
+        except images.ImageRefError:  # the mirrored name would be invalid: no mirror applies
+            mirrored = None
         if mirrored is not None and not patchable:
             hint = (
                 " A mirror exists "
