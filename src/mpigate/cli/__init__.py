@@ -11,6 +11,7 @@ import click
 from mpigate import __version__
 
 from .config_commands import check_command, init_command, schema_command
+from .render_commands import diff_command, render_command
 
 __all__ = ["cli", "main"]
 
@@ -37,6 +38,8 @@ def cli(verbose: int) -> None:
 cli.add_command(check_command)
 cli.add_command(init_command)
 cli.add_command(schema_command)
+cli.add_command(render_command)
+cli.add_command(diff_command)
 
 
 def main() -> None:
