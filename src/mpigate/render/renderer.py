@@ -79,21 +79,35 @@ def kustomization(resources: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def _check_object(doc: Any, line: int, source: str, where: str) -> list[RenderProblem]:
+def _check_object(doc: Any, line: int, source: str, template_line: int, where: str) -> list[RenderProblem]:
+    def problem(message: str) -> RenderProblem:
+        return RenderProblem(source, template_line, f"object at output line {line} {message}", where)
+
     if not isinstance(doc, dict):
-        return [RenderProblem(source, 0, f"output document at line {line} is not a mapping", where)]
+        return [problem("is not a mapping")]
     problems = []
     for key in ("apiVersion", "kind"):
         if not isinstance(doc.get(key), str) or not doc[key]:
-            problems.append(RenderProblem(source, 0, f"object at output line {line} has no {key}", where))
+            problems.append(problem(f"has no {key}"))
     meta = doc.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        problems.append(RenderProblem(source, 0, f"object at output line {line} has no metadata.name", where))
+        problems.append(problem("has no metadata.name"))
     elif "namespace" in meta and not isinstance(meta["namespace"], str):
-        problems.append(
-            RenderProblem(source, 0, f"object at output line {line}: metadata.namespace is not text", where)
-        )
+        problems.append(problem("has a metadata.namespace that is not text"))
     return problems
+
+
+def _merge(problems: list[RenderProblem]) -> tuple[RenderProblem, ...]:
+    """One problem per template, line and message, naming every team it happened for."""
+    merged: dict[tuple[str, int, str], list[str]] = {}
+    for p in problems:
+        merged.setdefault((p.file, p.line, p.message), []).append(p.where)
+    out = []
+    for (file, line, message), wheres in merged.items():
+        named = [w for w in wheres if w]
+        where = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+        out.append(RenderProblem(file, line, message, where))
+    return tuple(out)
 
 
 def _label(doc: dict[str, Any], key: str, value: str) -> None:
@@ -165,7 +179,9 @@ def render(
             continue
         source = templates.source_of(name)
         for document in documents:
-            found = _check_object(document.data, document.line, source, where if team_name else "")
+            found = _check_object(
+                document.data, document.line, source, document.template_line, where if team_name else ""
+            )
             if found:
                 errors.extend(found)
                 continue
@@ -189,7 +205,7 @@ def render(
             objects.append(RenderedObject(out, source, doc))
             files.setdefault(out, []).append((name, doc))
     if errors:
-        raise RenderError(tuple(errors))
+        raise RenderError(_merge(errors))
 
     texts: dict[str, str] = {}
     for path in sorted(files):

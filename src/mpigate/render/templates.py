@@ -97,12 +97,23 @@ def _display(path: str) -> str:
         return path
 
 
+def _is_object(data: Any) -> bool:
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    return (
+        isinstance(data, dict)
+        and all(isinstance(data.get(k), str) and data[k] for k in ("apiVersion", "kind"))
+        and isinstance(meta, dict)
+        and isinstance(meta.get("name"), str)
+    )
+
+
 @dataclass(frozen=True)
 class RenderedDocument:
     """One YAML document of a template's output, with its line in that output."""
 
     data: Any
     line: int
+    template_line: int = 0
 
 
 class Templates:
@@ -215,16 +226,33 @@ class Templates:
                 data = loader.construct_document(node)
                 if data is not None:
                     documents.append(RenderedDocument(data, node.start_mark.line + 1))
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-            line = mark.line + 1 if mark is not None else 0
             lines = text.splitlines()
+            if any(not _is_object(d.data) for d in documents):
+                # only for the error message: which template line the faulty document came from
+                documents = [
+                    d
+                    if _is_object(d.data)
+                    else RenderedDocument(d.data, d.line, self.guess_line(name, lines[d.line - 1]))
+                    for d in documents
+                ]
+        except yaml.YAMLError as exc:
+            problem_mark = getattr(exc, "problem_mark", None)
+            context_mark = getattr(exc, "context_mark", None)
+            lines = text.splitlines()
+            marks = [m for m in (context_mark, problem_mark) if m is not None]
+            line = marks[-1].line + 1 if marks else 0
             excerpt = f": {lines[line - 1].strip()!r}" if 0 < line <= len(lines) else ""
             problem = str(getattr(exc, "problem", None) or exc).strip()
-            message = f"rendered output is not valid YAML ({problem}) at output line {line}{excerpt}"
+            context = getattr(exc, "context", None)
+            detail = f"{context}: {problem}" if context else problem
+            message = f"rendered output is not valid YAML ({detail}) at output line {line}{excerpt}"
+            # the context mark (e.g. where an unclosed bracket opened) names the culprit best
             template_line = 0
-            if 0 < line <= len(lines):
-                template_line = self.guess_line(name, lines[line - 1])
+            for mark in marks:
+                if mark.line < len(lines):
+                    template_line = self.guess_line(name, lines[mark.line])
+                if template_line:
+                    break
             raise RenderError((RenderProblem(self.source_of(name), template_line, message, where),)) from None
         finally:
             loader.dispose()
