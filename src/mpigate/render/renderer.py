@@ -40,6 +40,7 @@ MARKER_TEXT = (
     "change the config tree (or its templates) instead of these files.\n"
 )
 MANAGED_BY = "mpigate"
+_KUEUE_MAX_NODE_LABELS = 8
 _SECTION_DIRS = {"cluster": "cluster", "mpigate": "mpigate"}
 
 
@@ -128,6 +129,24 @@ def _preflight(config: Config) -> list[RenderProblem]:
                     "quotas",
                     0,
                     f"GPU flavor {name!r} clashes with the ResourceFlavor rendered for region {region!r}",
+                )
+            )
+    # Kueue's ResourceFlavor schema: at most 8 node labels and 8 tolerations
+    for flavor in config.flavors.values():
+        labels = {**config.org.regions[flavor.region].node_labels, **flavor.node_labels}
+        if len(labels) > _KUEUE_MAX_NODE_LABELS:
+            problems.append(
+                RenderProblem(
+                    "quotas",
+                    0,
+                    f"GPU flavor {flavor.name!r} has {len(labels)} node labels with its region's; "
+                    f"Kueue allows at most {_KUEUE_MAX_NODE_LABELS}",
+                )
+            )
+        if len(flavor.tolerations) > _KUEUE_MAX_NODE_LABELS:
+            problems.append(
+                RenderProblem(
+                    "quotas", 0, f"GPU flavor {flavor.name!r} has more than 8 tolerations (Kueue's limit)"
                 )
             )
     return problems
