@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from mpigate.cli import cli
-from mpigate.render import Rendering, diff_objects, rendering_objects, write_tree
+from mpigate.render import Rendering, diff_objects, rendering_objects
 from tests.conftest import REPO
 
 FOLDERS = ("policies", "quotas", "rbac", "networkpolicies", "examples")
