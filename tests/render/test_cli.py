@@ -26,8 +26,8 @@ def test_render_writes_the_tree_and_summarises_it(tmp_path: Path) -> None:
         == "  cluster: 3 ClusterQueue, 7 ClusterRole, 1 Cohort, 4 ResourceFlavor, 3 WorkloadPriorityClass"
     )
     assert (
-        "  teams/research-team: 1 ClusterRoleBinding, 1 LimitRange, 1 LocalQueue, 1 Namespace, 6 NetworkPolicy, 1 PrometheusRule, 1 ResourceQuota, 2 RoleBinding, 1 ServiceAccount"
-        in lines
+        "  teams/research-team: 1 ClusterRoleBinding, 1 LimitRange, 1 LocalQueue, 1 Namespace, "
+        "6 NetworkPolicy, 1 PrometheusRule, 1 ResourceQuota, 2 RoleBinding, 1 ServiceAccount" in lines
     )
     assert (out / "teams" / "nlp-team" / "quota.yaml").is_file()
 
