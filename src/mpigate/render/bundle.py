@@ -21,13 +21,13 @@ from mpigate.config import Config
 from mpigate.config.loader import REVISION_FILE, RUNTIME_KINDS, TRAINER_API_GROUP
 
 from .errors import RenderError, RenderProblem
+from .manifests import FastLoader as _Loader
 
 __all__ = ["BUNDLE_WARN_BYTES", "Bundle", "bundle_key", "collect_bundle"]
 
 # etcd refuses objects above 1.5 MiB and the API server ConfigMaps above 1 MiB; warn with room left.
 BUNDLE_WARN_BYTES = 900 * 1024
 _KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
@@ -48,16 +48,27 @@ def bundle_key(relative_path: str) -> str:
     return relative_path.replace("/", "__")
 
 
-def _is_config_document(data: Any) -> bool:
-    if not isinstance(data, dict):
-        return False
-    api_version = data.get("apiVersion")
+def _is_config_document(api_version: Any, kind: Any) -> bool:
     if not isinstance(api_version, str):
         return False
     group = api_version.split("/")[0]
     if group == "mpigate.io":
-        return data.get("kind") != "PolicyTest"
-    return group == TRAINER_API_GROUP and data.get("kind") in RUNTIME_KINDS
+        return kind != "PolicyTest"
+    return group == TRAINER_API_GROUP and kind in RUNTIME_KINDS
+
+
+def _identities(text: str) -> list[tuple[Any, Any]]:
+    """(apiVersion, kind) of each document, read from the composed nodes without constructing the
+    documents (the tree passed ``check``, so it parses)."""
+    out = []
+    for node in yaml.compose_all(text, Loader=_Loader):
+        found: dict[str, Any] = {}
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value in ("apiVersion", "kind"):
+                    found[key.value] = value.value if isinstance(value, yaml.ScalarNode) else None
+        out.append((found.get("apiVersion"), found.get("kind")))
+    return out
 
 
 def collect_bundle(config: Config) -> Bundle:
@@ -75,13 +86,15 @@ def collect_bundle(config: Config) -> Bundle:
         except OSError as exc:
             problems.append(RenderProblem(rel, 0, f"cannot read config file: {exc.strerror}"))
             continue
-        documents = [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
-        kept = [d for d in documents if _is_config_document(d)]
-        if not kept:
+        identities = _identities(text)
+        keep = [_is_config_document(*identity) for identity in identities]
+        if not any(keep):
             excluded.append(rel)
             continue
-        if len(kept) != len(documents):
+        if not all(keep):
             # Drop PolicyTest and foreign documents; the rest is re-serialised from its data.
+            documents = list(yaml.load_all(text, Loader=_Loader))
+            kept = [d for d, k in zip(documents, keep, strict=True) if k]
             text = yaml.dump_all(kept, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
         key = bundle_key(rel)
         if not _KEY_RE.match(key):

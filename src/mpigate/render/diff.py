@@ -26,7 +26,7 @@ from mpigate.config.loader import REVISION_FILE
 
 from .context import LABELS
 from .errors import RenderError, RenderProblem
-from .manifests import ObjectKey, canonical, dump_object, object_key
+from .manifests import ObjectKey, dump_object, object_key
 from .renderer import Rendering, render
 from .tree import read_objects
 
@@ -86,7 +86,7 @@ def _index(
     out: dict[ObjectKey, tuple[str, str]] = {}
     for file, obj in objects:
         shown = _without_revision(obj) if ignore_revision else obj
-        out[object_key(obj)] = (file, dump_object(canonical(shown, top=True)))
+        out[object_key(obj)] = (file, dump_object(shown))
     return out
 
 

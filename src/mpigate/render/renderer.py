@@ -26,7 +26,7 @@ from mpigate.config import Config
 from .bundle import BUNDLE_WARN_BYTES, collect_bundle
 from .context import LABELS, build_context, region_flavor_name
 from .errors import RenderError, RenderProblem
-from .manifests import KUSTOMIZATION_KIND, ObjectKey, canonical, dump_documents, dump_object, object_key
+from .manifests import KUSTOMIZATION_KIND, ObjectKey, dump_documents, dump_object, object_key
 from .templates import Templates, search_path
 
 __all__ = ["MARKER_FILE", "RenderedObject", "Rendering", "kustomization", "render"]
@@ -208,7 +208,6 @@ def render(
             _label(doc, LABELS["managed_by"], MANAGED_BY)
             if team_name is not None:
                 _label(doc, LABELS["team"], team_name)
-            doc = canonical(doc, top=True)
             key = object_key(doc)
             if key in seen:
                 errors.append(

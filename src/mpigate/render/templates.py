@@ -30,6 +30,7 @@ import yaml
 from mpigate._resources import data_path
 
 from .errors import RenderError, RenderProblem
+from .manifests import FastLoader as _Loader
 
 __all__ = [
     "SECTIONS",
@@ -42,7 +43,6 @@ __all__ = [
 SECTIONS = ("cluster", "team", "mpigate")
 _SUFFIX = ".yaml.j2"
 _EXPRESSION = re.compile(r"\{\{.*?\}\}")
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class TemplateFailure(Exception):

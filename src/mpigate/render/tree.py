@@ -58,14 +58,18 @@ def write_tree(rendering: Rendering, out_dir: str | os.PathLike[str]) -> WriteSt
             )
         )
     written, unchanged = [], []
+    existed: dict[Path, bool] = {}  # directory → did it exist before this write
     for rel, text in rendering.files.items():
         path = root / rel
         data = text.encode("utf-8")
         try:
-            if path.is_file() and path.read_bytes() == data:
+            if path.parent not in existed:
+                existed[path.parent] = path.parent.is_dir()
+                path.parent.mkdir(parents=True, exist_ok=True)
+            if existed[path.parent] and path.is_file() and path.read_bytes() == data:
                 unchanged.append(rel)
                 continue
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # write then rename: a GitOps agent reading the tree never sees half a file
             tmp = path.with_name(f".{path.name}.tmp")
             tmp.write_bytes(data)
             os.replace(tmp, path)
