@@ -53,7 +53,7 @@ def _is_config_document(api_version: Any, kind: Any) -> bool:
         return False
     group = api_version.split("/")[0]
     if group == "mpigate.io":
-        return kind != "PolicyTest"
+        return bool(kind != "PolicyTest")
     return group == TRAINER_API_GROUP and kind in RUNTIME_KINDS
 
 

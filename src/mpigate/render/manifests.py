@@ -17,8 +17,8 @@ import yaml
 import yaml.resolver
 
 __all__ = [
-    "FastLoader",
     "KUSTOMIZATION_KIND",
+    "FastLoader",
     "ObjectKey",
     "canonical",
     "dump_documents",
