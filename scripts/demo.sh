@@ -24,3 +24,15 @@ sed -i 's/team: cv-team/team: cv-teem/' build/demo-broken/rbac/cv-team.yaml
 sed -i 's/namespaces: \[research\]/namespaces: [research, nlp-team]/' build/demo-broken/quotas/research-team.yaml
 if mpigate check build/demo-broken; then echo "unexpected: the broken tree passed"; exit 1; fi
 echo "(exit status 1: the pull request's CI job fails with every problem listed)"
+
+step "4. Render the example org into manifests for Argo CD / Flux (build/deploy/)"
+mkdir -p build
+mpigate render . -o build/deploy
+echo "(per directory: the objects written, by kind; kustomization.yaml at each level)"
+
+step "5. What a quota change would do in the cluster (mpigate diff, as in a pull request)"
+rm -rf build/demo-diff && mpigate init build/demo-diff --example >/dev/null
+mpigate render build/demo-diff -o build/demo-diff-deploy >/dev/null
+sed -i 's/nominal: 16/nominal: 20/' build/demo-diff/quotas/nlp-team.yaml
+if mpigate diff build/demo-diff --against build/demo-diff-deploy; then echo "unexpected: no change"; exit 1; fi
+echo "(exit status 1: the render would change these objects)"
