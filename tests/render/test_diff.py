@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -102,7 +103,10 @@ def _git(cwd: Path, *args: str) -> str:
 @pytest.fixture
 def git_org(tmp_path: Path) -> Path:
     if shutil.which("git") is None:
-        pytest.skip("git is not installed (Makefile DEB_PACKAGES installs it)")
+        reason = "git is not installed (the Makefile's DEB_PACKAGES installs it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
     repo = tmp_path / "config-repo"
     repo.mkdir()
     tree = repo / "org"  # the config tree lives in a subfolder of the repository
