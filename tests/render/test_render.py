@@ -463,6 +463,21 @@ def test_bad_templates_fail_with_file_and_line(example_config, case: str, line: 
     assert first.where.startswith("team cv-team")
 
 
+def test_label_values_must_be_text(example_config, tmp_path: Path) -> None:
+    extra = tmp_path / "cluster"
+    extra.mkdir()
+    (extra / "flag.yaml.j2").write_text(
+        "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: flagged\n  labels: {example.com/on: true}\n"
+    )
+    with pytest.raises(RenderError) as caught:
+        render(example_config, template_dirs=[tmp_path], today=TODAY)
+    (problem,) = caught.value.problems
+    assert problem.line == 2
+    assert problem.message == (
+        "object at output line 2 has metadata.labels['example.com/on'] = True, which is not text (quote it)"
+    )
+
+
 def test_an_object_rendered_twice_is_an_error(example_config, tmp_path: Path) -> None:
     extra = tmp_path / "cluster"
     extra.mkdir()

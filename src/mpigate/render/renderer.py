@@ -14,6 +14,7 @@ Writing it to disk is :func:`mpigate.render.tree.write_tree`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -80,9 +81,11 @@ def kustomization(resources: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def _check_object(doc: Any, line: int, source: str, template_line: int, where: str) -> list[RenderProblem]:
+def _check_object(doc: Any, line: int, source: str, where: str) -> list[RenderProblem]:
+    """What makes a rendered document unusable as a Kubernetes object (the line is filled in later)."""
+
     def problem(message: str) -> RenderProblem:
-        return RenderProblem(source, template_line, f"object at output line {line} {message}", where)
+        return RenderProblem(source, 0, f"object at output line {line} {message}", where)
 
     if not isinstance(doc, dict):
         return [problem("is not a mapping")]
@@ -95,6 +98,20 @@ def _check_object(doc: Any, line: int, source: str, template_line: int, where: s
         problems.append(problem("has no metadata.name"))
     elif "namespace" in meta and not isinstance(meta["namespace"], str):
         problems.append(problem("has a metadata.namespace that is not text"))
+    else:
+        for field in ("labels", "annotations"):
+            values = meta.get(field)
+            if values is None:
+                continue
+            if not isinstance(values, dict):
+                problems.append(problem(f"has metadata.{field} that is not a mapping"))
+                continue
+            for key, value in values.items():
+                if not isinstance(value, str):
+                    # e.g. `enabled: true` unquoted: the API server refuses non-text label values
+                    problems.append(
+                        problem(f"has metadata.{field}[{key!r}] = {value!r}, which is not text (quote it)")
+                    )
     return problems
 
 
@@ -112,10 +129,10 @@ def _merge(problems: list[RenderProblem]) -> tuple[RenderProblem, ...]:
 
 
 def _label(doc: dict[str, Any], key: str, value: str) -> None:
-    labels = doc["metadata"].setdefault("labels", {})
-    if not isinstance(labels, dict):
-        return
-    labels.setdefault(key, value)
+    meta = doc["metadata"]
+    if meta.get("labels") is None:
+        meta["labels"] = {}
+    meta["labels"].setdefault(key, value)
 
 
 def _preflight(config: Config) -> list[RenderProblem]:
@@ -176,11 +193,12 @@ def render(
         )
 
     files: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    # (template, output file, context, what it is rendered for, team)
     jobs: list[tuple[str, str, dict[str, Any], str, str | None]] = []
     for section in ("cluster", "mpigate"):
         for name in templates.names(section):
             out = f"{_SECTION_DIRS[section]}/{name[len(section) + 1 : -3]}"
-            jobs.append((name, out, context, section, None))
+            jobs.append((name, out, context, "", None))
     for team in context["teams"]:
         team_context = dict(context, team=team)
         for name in templates.names("team"):
@@ -192,16 +210,17 @@ def render(
     objects: list[RenderedObject] = []
     for name, out, ctx, where, team_name in jobs:
         try:
-            documents = templates.render(name, ctx, where if team_name else "")
+            documents = templates.render(name, ctx, where)
         except RenderError as exc:
             errors.extend(exc.problems)
             continue
         source = templates.source_of(name)
         for document in documents:
-            found = _check_object(
-                document.data, document.line, source, document.template_line, where if team_name else ""
-            )
+            found = _check_object(document.data, document.line, source, where)
             if found:
+                # point at the template line the faulty document starts from
+                line = templates.guess_line(name, document.output_line())
+                found = [dataclasses.replace(p, line=line) for p in found]
                 errors.extend(found)
                 continue
             doc = document.data
@@ -215,7 +234,7 @@ def render(
                         source,
                         0,
                         f"{key} is rendered twice (also into {seen[key]})",
-                        where if team_name else "",
+                        where,
                     )
                 )
                 continue

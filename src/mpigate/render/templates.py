@@ -97,23 +97,17 @@ def _display(path: str) -> str:
         return path
 
 
-def _is_object(data: Any) -> bool:
-    meta = data.get("metadata") if isinstance(data, dict) else None
-    return (
-        isinstance(data, dict)
-        and all(isinstance(data.get(k), str) and data[k] for k in ("apiVersion", "kind"))
-        and isinstance(meta, dict)
-        and isinstance(meta.get("name"), str)
-    )
-
-
 @dataclass(frozen=True)
 class RenderedDocument:
     """One YAML document of a template's output, with its line in that output."""
 
     data: Any
     line: int
-    template_line: int = 0
+    output: str  # the whole rendered text, to point at a line when the document is faulty
+
+    def output_line(self) -> str:
+        lines = self.output.splitlines()
+        return lines[self.line - 1] if 0 < self.line <= len(lines) else ""
 
 
 class Templates:
@@ -225,16 +219,7 @@ class Templates:
                 node = loader.get_node()
                 data = loader.construct_document(node)
                 if data is not None:
-                    documents.append(RenderedDocument(data, node.start_mark.line + 1))
-            lines = text.splitlines()
-            if any(not _is_object(d.data) for d in documents):
-                # only for the error message: which template line the faulty document came from
-                documents = [
-                    d
-                    if _is_object(d.data)
-                    else RenderedDocument(d.data, d.line, self.guess_line(name, lines[d.line - 1]))
-                    for d in documents
-                ]
+                    documents.append(RenderedDocument(data, node.start_mark.line + 1, text))
         except yaml.YAMLError as exc:
             problem_mark = getattr(exc, "problem_mark", None)
             context_mark = getattr(exc, "context_mark", None)
