@@ -25,12 +25,30 @@ sed -i 's/namespaces: \[research\]/namespaces: [research, nlp-team]/' build/demo
 if mpigate check build/demo-broken; then echo "unexpected: the broken tree passed"; exit 1; fi
 echo "(exit status 1: the pull request's CI job fails with every problem listed)"
 
-step "4. Render the example org into manifests for Argo CD / Flux (build/deploy/)"
+step "4. The pinned-ports profile with real OpenMPI: preflight under mpirun, every TCP port observed"
+mpigate preflight --local -np 4 --profile pinned-ports --config .
+
+step "5. The same job without the pinned environment (what the NetworkPolicy would block)"
+if mpigate preflight --local -np 4 --unpinned --config . -o json >build/demo-unpinned.json; then
+  echo "unexpected: the unpinned run stayed inside the pinned ranges"; exit 1
+fi
+python3 -c '
+import json
+run = json.load(open("build/demo-unpinned.json"))
+outside = run["ports"]["violations"]
+listeners = sorted({(v["process"], v["family"], v["local"]) for v in outside if v["kind"] == "listener"})
+verdict = run["preflight"]["verdict"]
+print(f"preflight verdict {verdict}, but {len(outside)} sockets outside the pinned ranges, e.g.:")
+for process, family, local in listeners[:6]:
+    print(f"  {process:7} {family} LISTEN {local}")
+'
+
+step "6. Render the example org into manifests for Argo CD / Flux (build/deploy/)"
 mkdir -p build
 mpigate render . -o build/deploy
 echo "(per directory: the objects written, by kind; kustomization.yaml at each level)"
 
-step "5. What a quota change would do in the cluster (mpigate diff, as in a pull request)"
+step "7. What a quota change would do in the cluster (mpigate diff, as in a pull request)"
 rm -rf build/demo-diff && mpigate init build/demo-diff --example >/dev/null
 mpigate render build/demo-diff -o build/demo-diff-deploy >/dev/null
 sed -i 's/nominal: 16/nominal: 20/' build/demo-diff/quotas/nlp-team.yaml

@@ -12,6 +12,7 @@ from mpigate import __version__
 
 from .config_commands import check_command, init_command, schema_command
 from .render_commands import diff_command, render_command
+from .preflight_commands import preflight_command
 
 __all__ = ["cli", "main"]
 
@@ -40,6 +41,7 @@ cli.add_command(init_command)
 cli.add_command(schema_command)
 cli.add_command(render_command)
 cli.add_command(diff_command)
+cli.add_command(preflight_command)
 
 
 def main() -> None:
