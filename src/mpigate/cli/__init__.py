@@ -11,8 +11,8 @@ import click
 from mpigate import __version__
 
 from .config_commands import check_command, init_command, schema_command
-from .render_commands import diff_command, render_command
 from .preflight_commands import preflight_command
+from .render_commands import diff_command, render_command
 
 __all__ = ["cli", "main"]
 
