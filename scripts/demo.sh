@@ -53,3 +53,15 @@ print(f"preflight verdict {verdict}, but {len(outside)} sockets outside the pinn
 for process, family, local in listeners[:6]:
     print(f"  {process:7} {family} LISTEN {local}")
 '
+
+step "6. Render the example org into manifests for Argo CD / Flux (build/deploy/)"
+mkdir -p build
+mpigate render . -o build/deploy
+echo "(per directory: the objects written, by kind; kustomization.yaml at each level)"
+
+step "7. What a quota change would do in the cluster (mpigate diff, as in a pull request)"
+rm -rf build/demo-diff && mpigate init build/demo-diff --example >/dev/null
+mpigate render build/demo-diff -o build/demo-diff-deploy >/dev/null
+sed -i 's/nominal: 16/nominal: 20/' build/demo-diff/quotas/nlp-team.yaml
+if mpigate diff build/demo-diff --against build/demo-diff-deploy; then echo "unexpected: no change"; exit 1; fi
+echo "(exit status 1: the render would change these objects)"
