@@ -41,7 +41,7 @@ def test_team_without_cohort_or_cpu_quota(base: Config) -> None:
         {"name": "gpu-us", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}
     ]
     assert beta["resource_quota"]["hard"] == {
-        "count/trainjobs.trainer.kubeflow.org": "10",
+        "count/trainjobs.trainer.kubeflow.org": "40",  # 4 × maxConcurrentJobs
         "pods": "110",
         "requests.nvidia.com/gpu": "4",
     }

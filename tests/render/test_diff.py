@@ -86,8 +86,9 @@ def test_cli_diff_against_a_rendered_directory(tmp_path: Path) -> None:
     assert changed.exit_code == 1, changed.output
     assert "~ ClusterQueue research-team (kueue.x-k8s.io/v1beta2)" in changed.output
     assert "~ ResourceQuota research/mpigate-team-quota (v1)" in changed.output
-    assert "-    count/trainjobs.trainer.kubeflow.org: '2'" in changed.output
-    assert "+    count/trainjobs.trainer.kubeflow.org: '3'" in changed.output
+    # maxStoredJobs defaults to 4 × maxConcurrentJobs
+    assert "-    count/trainjobs.trainer.kubeflow.org: '8'" in changed.output
+    assert "+    count/trainjobs.trainer.kubeflow.org: '12'" in changed.output
     assert changed.output.strip().endswith("3 changed, 0 added, 0 removed")  # + the config bundle
 
     as_json = runner.invoke(cli, ["diff", str(tree), "--against", str(deploy), "-o", "json"])

@@ -185,7 +185,7 @@ def test_namespaces_and_pod_security(example_rendering: Rendering) -> None:
 def test_resource_quota_backstop_and_limit_range(example_rendering: Rendering) -> None:
     quota = _one(example_rendering, "ResourceQuota", "mpigate-team-quota", "cv-team-dev")
     assert quota["spec"]["hard"] == {
-        "count/trainjobs.trainer.kubeflow.org": "10",
+        "count/trainjobs.trainer.kubeflow.org": "40",  # maxStoredJobs default: 4 × maxConcurrentJobs 10
         "pods": "110",
         "requests.cpu": "512",
         "requests.memory": "4Ti",

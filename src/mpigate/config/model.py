@@ -218,6 +218,7 @@ class Team:
     memory_value: Fraction | None
     pods: int | None
     max_concurrent_jobs: int
+    max_stored_jobs: int
     max_nodes_per_job: int
     queues: tuple[str, ...]
     priority_classes: tuple[str, ...]

@@ -232,7 +232,7 @@ def team_context(config: Config, team: Team, today: dt.date) -> dict[str, Any]:
             }
         )
     hard: dict[str, Any] = {
-        "count/trainjobs.trainer.kubeflow.org": str(team.max_concurrent_jobs),
+        "count/trainjobs.trainer.kubeflow.org": str(team.max_stored_jobs),
         "pods": str(pods),
     }
     if team.cpu is not None:
