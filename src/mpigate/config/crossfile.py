@@ -314,7 +314,8 @@ def cross_file_problems(
             c.error(
                 entry,
                 ["spec", "maxStoredJobs"],
-                f"maxStoredJobs {spec['maxStoredJobs']} is below maxConcurrentJobs {spec['maxConcurrentJobs']}",
+                f"maxStoredJobs {spec['maxStoredJobs']} is below "
+                f"maxConcurrentJobs {spec['maxConcurrentJobs']}",
                 "value.stored-jobs",
                 "finished TrainJobs count against maxStoredJobs until deleted; make it larger",
             )
