@@ -48,7 +48,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 SERVICE_KEY: Final = web.AppKey("service", AdmissionService)
 STATE_KEY: Final = web.AppKey("state", dict)
 MAX_BODY_KEY: Final = web.AppKey("max_body", int)
-REQUEST_ID_KEY: Final = "mpigate.request_id"
+REQUEST_ID_KEY: Final = web.RequestKey("request_id", str)
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
