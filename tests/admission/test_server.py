@@ -230,9 +230,12 @@ async def test_metrics_count_requests_rules_and_bad_requests(
     lines = set(text.splitlines())
     revision = server.store.current.revision  # type: ignore[union-attr]
     expected = {
-        'mpigate_admission_requests_total{decision="denied",endpoint="validate",kind="TrainJob",operation="CREATE"} 1.0',
-        'mpigate_admission_requests_total{decision="allowed",endpoint="validate",kind="TrainJob",operation="CREATE"} 1.0',
-        'mpigate_admission_requests_total{decision="mutated",endpoint="mutate",kind="TrainJob",operation="CREATE"} 1.0',
+        'mpigate_admission_requests_total{decision="denied",endpoint="validate",'
+        'kind="TrainJob",operation="CREATE"} 1.0',
+        'mpigate_admission_requests_total{decision="allowed",endpoint="validate",'
+        'kind="TrainJob",operation="CREATE"} 1.0',
+        'mpigate_admission_requests_total{decision="mutated",endpoint="mutate",'
+        'kind="TrainJob",operation="CREATE"} 1.0',
         'mpigate_rule_hits_total{mode="enforce",rule="MPG-Q001"} 1.0',
         'mpigate_bad_requests_total{endpoint="validate",reason="json"} 1.0',
         f'mpigate_config_info{{revision="{revision}"}} 1.0',
