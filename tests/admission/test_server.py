@@ -21,8 +21,6 @@ from mpigate.admission.server import WebhookServer
 from .conftest import StartWebhook, trainjob
 from .stub_engine import DENY, RAISE, WARN
 
-pytestmark = pytest.mark.asyncio
-
 
 async def post(
     http: aiohttp.ClientSession, server: WebhookServer, path: str, body: Any, **kw: Any

@@ -186,8 +186,14 @@ class TrainJobCache:
                 if relist:
                     await self._list()
                     relist = False
+                started = self._rv
                 relist = await self._watch()
-                delay = self._backoff[0]
+                if relist and self._rv == started:
+                    # Gone again right after a fresh LIST: do not hammer the API server.
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self._backoff[1])
+                else:
+                    delay = self._backoff[0]
             except asyncio.CancelledError:
                 raise
             except KubeError as exc:

@@ -24,7 +24,8 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from .live import LiveSource
+from .kube import KubeClient, KubeConfig
+from .live import KubeLiveSource, LiveSource
 from .logjson import fields
 from .metrics import CONTENT_TYPE, Metrics
 from .recorder import DecisionRecorder
@@ -167,6 +168,8 @@ class ServeOptions:
     shutdown_delay: float = 0.0
     shutdown_timeout: float = 15.0
     eval_threads: int = 4
+    # The cluster to read live context from (None: static checks only).
+    kube: KubeConfig | None = None
 
 
 class WebhookServer:
@@ -228,6 +231,9 @@ class WebhookServer:
             self._config_swapped()
         else:
             self.metrics.config_reload_failures.inc()
+        if self.service.live is None and self.options.kube is not None:
+            self.service.live = KubeLiveSource(KubeClient(self.options.kube), on_error=self._live_error)
+            log.info("live context from %s", self.options.kube.source)
         if self.service.live is not None:
             await self.service.live.start()
         self._runner = web.AppRunner(
@@ -250,6 +256,9 @@ class WebhookServer:
                 revision=self.store.current.revision if self.store.current else None,
             ),
         )
+
+    def _live_error(self, source: str, reason: str) -> None:
+        self.metrics.live_errors.labels(source, reason).inc()
 
     def _config_swapped(self) -> None:
         loaded = self.store.current
