@@ -122,3 +122,28 @@ async def start_webhook(tls_files: tuple[Path, Path], org: Path) -> AsyncIterato
 async def http(client_ssl: ssl.SSLContext) -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl)) as session:
         yield session
+
+
+class ThreadedWebhook:
+    """A webhook server on its own event loop in a thread, for synchronous clients (hypothesis
+    tests, benchmarks-in-tests)."""
+
+    def __init__(self, options: ServeOptions, **kwargs: Any) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="webhook", daemon=True)
+        self.thread.start()
+
+        async def start() -> WebhookServer:
+            server = WebhookServer(options, **kwargs)
+            await server.start()
+            return server
+
+        self.server = asyncio.run_coroutine_threadsafe(start(), self.loop).result(timeout=30)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop.close()
