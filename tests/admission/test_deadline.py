@@ -103,6 +103,6 @@ async def test_a_failed_record_fails_the_request(
         text = await resp.text()
     assert "mpigate_audit_write_errors_total 2.0" in text
     assert (
-        'mpigate_admission_requests_total{decision="error",endpoint="validate",kind="TrainJob",operation="CREATE"} 1.0'
-        in text
+        'mpigate_admission_requests_total{decision="error",endpoint="validate",'
+        'kind="TrainJob",operation="CREATE"} 1.0' in text
     )
