@@ -11,6 +11,7 @@ import click
 from mpigate import __version__
 
 from .config_commands import check_command, init_command, schema_command
+from .engine_commands import explain_command, test_command
 
 __all__ = ["cli", "main"]
 
@@ -37,6 +38,8 @@ def cli(verbose: int) -> None:
 cli.add_command(check_command)
 cli.add_command(init_command)
 cli.add_command(schema_command)
+cli.add_command(explain_command)
+cli.add_command(test_command)
 
 
 def main() -> None:
