@@ -10,6 +10,7 @@ import click
 
 from mpigate import __version__
 
+from .audit_commands import audit_group
 from .config_commands import check_command, init_command, schema_command
 
 __all__ = ["cli", "main"]
@@ -37,6 +38,7 @@ def cli(verbose: int) -> None:
 cli.add_command(check_command)
 cli.add_command(init_command)
 cli.add_command(schema_command)
+cli.add_command(audit_group)
 
 
 def main() -> None:
