@@ -94,9 +94,8 @@ def _echo_report(report: ChainReport) -> None:
         click.echo("  last checkpoint: none")
     click.echo(f"  signatures:      {report.signatures}")
     if report.recoveries or report.torn_fragments:
-        click.echo(
-            f"  recoveries:      {report.recoveries} (fragments moved aside: {', '.join(report.torn_fragments) or '-'})"
-        )
+        fragments = ", ".join(report.torn_fragments) or "-"
+        click.echo(f"  recoveries:      {report.recoveries} (fragments moved aside: {fragments})")
     for problem in report.problems:
         color = "red" if problem.severity == "error" else "yellow"
         click.secho(
@@ -165,10 +164,12 @@ def _open_output(path: str, binary: bool) -> Iterator[IO[Any]]:
                 text.flush()
                 text.detach()
         return
-    with open(
-        path, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8", "newline": ""})
-    ) as fh:
-        yield fh
+    if binary:
+        with open(path, "wb") as raw:
+            yield raw
+    else:
+        with open(path, "w", encoding="utf-8", newline="") as fh:
+            yield fh
 
 
 @audit_group.command("export")
