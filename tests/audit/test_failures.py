@@ -49,13 +49,11 @@ def tiny_tmpfs(tmp_path: Path):
 
 
 def _fill(path: Path) -> None:
+    """Write zeros until the file system is full (raises OSError ENOSPC)."""
     with path.open("wb") as fh:
-        try:
-            while True:
-                fh.write(b"\0" * 4096)
-                fh.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
+        while True:
+            fh.write(b"\0" * 4096)
+            fh.flush()
 
 
 def test_full_disk_fails_appends_and_recovers(tiny_tmpfs, keyring, caplog):
@@ -67,8 +65,9 @@ def test_full_disk_fails_appends_and_recovers(tiny_tmpfs, keyring, caplog):
     segment = list_segments(directory / "full")[0]
     before = segment.stat().st_size
     filler = tiny_tmpfs / "filler"
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="No space left") as full:
         _fill(filler)
+    assert full.value.errno == errno.ENOSPC
     caplog.set_level(logging.ERROR, logger="mpigate.audit.writer")
     big = entry(100, blob="z" * 8192)
     with pytest.raises(AuditWriteError) as failure:

@@ -202,7 +202,7 @@ def test_missing_tail_after_last_checkpoint_is_a_warning(chain, keyring):
     assert report.ok
     warning = report.first("unsigned-tail")
     assert warning is not None and warning.severity == "warning"
-    tail_lines = [x for x in lines[:-1]][-report.unsigned_records :]
+    tail_lines = lines[:-1][-report.unsigned_records :]
     assert report.unsigned_bytes == sum(len(x) for x in tail_lines)
     assert f"({report.unsigned_bytes} bytes)" in warning.message
 

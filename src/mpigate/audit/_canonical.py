@@ -52,8 +52,8 @@ def record_hash(record: Mapping[str, Any]) -> str:
 
 def format_time(moment: dt.datetime) -> str:
     """RFC 3339 UTC with milliseconds: ``2026-11-22T10:15:03.120Z``."""
-    utc = moment.astimezone(dt.UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    u = moment.astimezone(dt.UTC)
+    return f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}.{u.microsecond // 1000:03d}Z"
 
 
 def parse_time(text: str) -> dt.datetime:

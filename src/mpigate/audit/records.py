@@ -9,6 +9,7 @@ like a credential are replaced by ``[REDACTED]`` (names are kept so that the rec
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -71,9 +72,30 @@ def _walk(value: Any, key: str = "") -> Iterator[tuple[str, Any, Any]]:
             yield from _walk(item, key)
 
 
+# ``password=...``, ``token: ...`` inside a larger value (connection strings, command lines).
+_INNER_SECRET = re.compile(
+    r"(?i)(?:pass(?:word|wd)?|secret|token|api[-_]?key|key)\s*[=:]\s*([^\s;&,'\"]{4,})"
+)
+
+
+def _with_parts(value: str) -> set[str]:
+    """A secret value and the secret parts a message might quote on their own (the password of a
+    URL, ``password=...`` of a connection string)."""
+    parts = {value}
+    try:
+        password = urllib.parse.urlsplit(value).password
+    except ValueError:
+        password = None
+    if password and len(password) >= _MIN_SCRUB_LEN:
+        parts.add(password)
+        parts.add(urllib.parse.unquote(password))
+    parts.update(m.group(1) for m in _INNER_SECRET.finditer(value))
+    return {p for p in parts if len(p) >= _MIN_SCRUB_LEN}
+
+
 def secret_values(*objects: Mapping[str, Any] | None) -> frozenset[str]:
     """Literal strings of ``objects`` that must never be logged: every env ``value``, every value
-    under a credential-like key, every token-looking string."""
+    under a credential-like key, every token-looking string (and their secret parts)."""
     found: set[str] = set()
     for obj in objects:
         if obj is None:
@@ -82,16 +104,17 @@ def secret_values(*objects: Mapping[str, Any] | None) -> frozenset[str]:
             if key == "env" and isinstance(value, Mapping):
                 literal = value.get("value")
                 if isinstance(literal, str) and len(literal) >= _MIN_SCRUB_LEN:
-                    found.add(literal)
+                    found.update(_with_parts(literal))
             elif isinstance(value, str) and len(value) >= _MIN_SCRUB_LEN:
                 secret_key = isinstance(container, Mapping) and bool(_SECRET_KEY.search(key))
                 if secret_key or _SECRET_VALUE.search(value):
-                    found.add(value)
+                    found.update(_with_parts(value))
     return frozenset(found)
 
 
 def _scrub_text(text: str, literals: Iterable[str]) -> str:
-    for literal in literals:
+    # Longest first, so that a whole value goes before the parts it contains.
+    for literal in sorted(literals, key=len, reverse=True):
         if literal in text:
             text = text.replace(literal, REDACTED)
     return _SECRET_VALUE.sub(REDACTED, text)
@@ -207,8 +230,10 @@ def record_from_decision(
     patch = entry.pop("patch")
     safe: dict[str, Any] = redact(entry, literals)
     safe["patch"] = patch
-    # user names and groups are identities, not secrets: keep them exactly as the API server sent
-    safe["request"]["user"] = request.user.to_dict()
+    # Identities from the API server are kept exactly: a literal that happens to equal a name
+    # must not blank out who did what to which object.
+    for key in ("request", "object", "team", "revision"):
+        safe[key] = entry[key]
     return safe
 
 
