@@ -53,7 +53,9 @@ def record_hash(record: Mapping[str, Any]) -> str:
 def format_time(moment: dt.datetime) -> str:
     """RFC 3339 UTC with milliseconds: ``2026-11-22T10:15:03.120Z``."""
     u = moment.astimezone(dt.UTC)
-    return f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}.{u.microsecond // 1000:03d}Z"
+    # Formatted by hand: strftime does not zero-pad years before 1000 on every platform.
+    date = f"{u.year:04d}-{u.month:02d}-{u.day:02d}"
+    return f"{date}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}.{u.microsecond // 1000:03d}Z"
 
 
 def parse_time(text: str) -> dt.datetime:
