@@ -10,6 +10,7 @@ import click
 
 from mpigate import __version__
 
+from .audit_commands import audit_group
 from .config_commands import check_command, init_command, schema_command
 from .engine_commands import explain_command, test_command
 
@@ -40,6 +41,7 @@ cli.add_command(init_command)
 cli.add_command(schema_command)
 cli.add_command(explain_command)
 cli.add_command(test_command)
+cli.add_command(audit_group)
 
 
 def main() -> None:
