@@ -150,9 +150,13 @@ async def test_cache_relists_on_410_gone(kmock: kmock_lib.KubernetesEmulator, cl
     try:
         await wait_for(lambda: cache.lists >= 2 and cache.synced)
         assert cache.active_jobs(("alpha",)) == 2
-        watches = [r for r in kmock if r.params.get("watch") == "true"]
-        assert [r.params["resourceVersion"] for r in watches[:2]] == ["7", "42"]
-        assert watches[0].params["allowWatchBookmarks"] == "true"
+
+        def watches() -> list[Any]:
+            return [r for r in kmock if r.params.get("watch") == "true"]
+
+        await wait_for(lambda: len(watches()) >= 2)
+        assert [r.params["resourceVersion"] for r in watches()[:2]] == ["7", "42"]
+        assert watches()[0].params["allowWatchBookmarks"] == "true"
     finally:
         await cache.stop()
 

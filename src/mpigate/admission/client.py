@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonpatch
-
+from mpigate.policy import JsonPatchError, apply_patch
 from mpigate.policy.decision import UserInfo
 
 from .review import ADMISSION_API_VERSION, REVIEW_KIND, ResourceSpec
@@ -107,7 +106,8 @@ def apply_review_patch(obj: Mapping[str, Any], response: Mapping[str, Any]) -> d
     if response.get("patchType") != "JSONPatch":
         raise ReviewClientError(f"unsupported patchType {response.get('patchType')!r}")
     ops = json.loads(base64.b64decode(patch))
-    return jsonpatch.apply_patch(copy, ops)  # type: ignore[no-any-return]
+    patched: dict[str, Any] = apply_patch(copy, ops)
+    return patched
 
 
 class ReviewClient:
@@ -241,7 +241,7 @@ def replay(
             namespace=namespace,
         )
         validate = _response(*client.post(VALIDATE_PATH, review), "validate")
-    except (ReviewClientError, ValueError, jsonpatch.JsonPatchException) as exc:
+    except (ReviewClientError, ValueError, JsonPatchError) as exc:
         result.error = str(exc)
         return result
     result.validate = validate

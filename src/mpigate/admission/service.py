@@ -21,17 +21,17 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import functools
-import importlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from mpigate.config import Config
+from mpigate.policy import evaluate
 from mpigate.policy.decision import AdmissionInput, Decision, LiveContext
 
 from .live import LiveSource
@@ -73,11 +73,7 @@ MIN_RECORD_SECONDS: Final = 0.05
 
 def default_evaluator() -> Evaluator:
     """The policy engine, ``mpigate.policy.evaluate``."""
-    module = importlib.import_module("mpigate.policy")
-    evaluate = getattr(module, "evaluate", None)
-    if evaluate is None:
-        raise RuntimeError("the policy engine (mpigate.policy.evaluate) is not installed")
-    return cast(Evaluator, evaluate)
+    return evaluate
 
 
 def status_body(code: int, message: str) -> dict[str, Any]:
@@ -151,9 +147,7 @@ class AdmissionService:
 
     @property
     def evaluator(self) -> Evaluator:
-        if self._evaluator is None:
-            self._evaluator = default_evaluator()
-        return self._evaluator
+        return self._evaluator or evaluate
 
     async def review(self, stage: Stage, body: bytes, request_id: str) -> Reply:
         """Judge one request body for ``stage`` (``mutate`` or ``validate``)."""
