@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import logging
 import re
@@ -184,6 +185,7 @@ class WebhookServer:
         live: LiveSource | None = None,
         tracing: Tracing | None = None,
         metrics: Metrics | None = None,
+        clock: Callable[[], dt.datetime] | None = None,
     ) -> None:
         if options.insecure_dev:
             if options.host not in ("127.0.0.1", "localhost", "::1"):
@@ -209,6 +211,7 @@ class WebhookServer:
             tracer=self.tracing.tracer,
             settings=options.settings,
             executor=self._executor,
+            clock=clock,
         )
         self.app = build_app(self.service, max_body=options.max_body)
         self._runner: web.AppRunner | None = None

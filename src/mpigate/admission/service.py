@@ -135,8 +135,10 @@ class AdmissionService:
         tracer: trace.Tracer | None = None,
         settings: ServiceSettings | None = None,
         executor: Executor | None = None,
+        clock: Callable[[], dt.datetime] | None = None,
     ) -> None:
         self.store = store
+        self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self._evaluator = evaluator
         self.recorder: DecisionRecorder = recorder or NullRecorder()
         self.live = live
@@ -246,7 +248,7 @@ class AdmissionService:
                 extra_warnings.append(f"{LIVE_UNAVAILABLE}: {live.unavailable_reason}")
                 info["live"] = live.unavailable_reason
                 self.metrics.live_fallbacks.inc()
-        now = dt.datetime.now(dt.UTC)
+        now = self._clock()
         with self.tracer.start_as_current_span("evaluate"):
             call = functools.partial(self.evaluator, config, req.input, live, now)
             try:
