@@ -50,13 +50,17 @@ def expectation(path: Path) -> Expectation:
 
 
 @pytest.fixture(scope="module")
-def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ThreadedWebhook, MemoryRecorder, Path]]:
+def webhook(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ThreadedWebhook, MemoryRecorder, Path]]:
     base = tmp_path_factory.mktemp("examples")
     ca = trustme.CA()
     cert, key = write_cert(ca, base / "tls")
     ca.cert_pem.write_to_path(str(base / "ca.crt"))
     recorder = MemoryRecorder()
-    options = ServeOptions(config=REPO, tls_cert=cert, tls_key=key, host="127.0.0.1", port=0, reload_interval=3600)
+    options = ServeOptions(
+        config=REPO, tls_cert=cert, tls_key=key, host="127.0.0.1", port=0, reload_interval=3600
+    )
     moment = dt.datetime.combine(TODAY, dt.time(12, 0), dt.UTC)
     server = ThreadedWebhook(options, recorder=recorder, clock=lambda: moment)
     yield server, recorder, base / "ca.crt"
@@ -120,7 +124,9 @@ def test_example(
         again = client.post("/mutate", make_review(patched, uid="again"))[1]["response"]
         assert again["allowed"] is True and "patch" not in again
     # Both stages were recorded before being answered.
-    stages = [(r.stage, r.request.name) for r in recorder.records if r.request.name == obj["metadata"]["name"]]
+    stages = [
+        (r.stage, r.request.name) for r in recorder.records if r.request.name == obj["metadata"]["name"]
+    ]
     assert ("validate", obj["metadata"]["name"]) in stages
 
 
