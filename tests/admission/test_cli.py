@@ -124,8 +124,9 @@ def test_review_prints_kubectl_style_outcomes(example_webhook: tuple[str, Path])
     assert "mutation" in lines[0]
     denial = next(line for line in lines if line.startswith("Error from server (Forbidden)"))
     assert denial == (
-        f'Error from server (Forbidden): error when creating "{trainjobs / "deny-over-quota.yaml"}": admission '
-        'webhook "validate.mpigate.io" denied the request: mpigate denied TrainJob nlp-team/llm-pretrain-huge:'
+        "Error from server (Forbidden): error when creating "
+        f'"{trainjobs / "deny-over-quota.yaml"}": admission webhook "validate.mpigate.io" denied the '
+        "request: mpigate denied TrainJob nlp-team/llm-pretrain-huge:"
     )
     assert "2 objects: 1 admitted, 1 denied" in result.stderr
     ok = CliRunner().invoke(

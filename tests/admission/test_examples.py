@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,7 +134,7 @@ def test_denial_text_as_kubectl_prints_it(client: ReviewClient) -> None:
     result = replay(client, obj)
     assert result.message == (
         "mpigate denied TrainJob nlp-team/llm-pretrain-huge:\n"
-        "  [MPG-Q001] spec.trainer: asks 32 nvidia.com/gpu (4 nodes × 8 GPUs) but nlp-team can use at most 16 "
-        "(nominal 16 + borrowing 0 on a100-eu). Set spec.trainer.numNodes to 2 or fewer, or ask #nlp-admins "
-        "to raise quotas/nlp-team.yaml."
+        "  [MPG-Q001] spec.trainer: asks 32 nvidia.com/gpu (4 nodes × 8 GPUs) but nlp-team can use at "
+        "most 16 (nominal 16 + borrowing 0 on a100-eu). Set spec.trainer.numNodes to 2 or fewer, or ask "
+        "#nlp-admins to raise quotas/nlp-team.yaml."
     )
