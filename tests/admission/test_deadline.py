@@ -29,6 +29,8 @@ class SlowRecorder(MemoryRecorder):
 
 
 class BrokenRecorder(MemoryRecorder):
+    healthy = False
+
     async def record(self, decision: Decision, request: AdmissionInput, stage: Stage) -> None:
         raise RecordError("disk full")
 
@@ -102,6 +104,8 @@ async def test_a_failed_record_fails_the_request(
     async with http.get(server.url + "/metrics") as resp:
         text = await resp.text()
     assert "mpigate_audit_write_errors_total 2.0" in text
+    async with http.get(server.url + "/readyz") as resp:
+        assert resp.status == 503 and (await resp.json())["status"] == "audit trail not writable"
     assert (
         'mpigate_admission_requests_total{decision="error",endpoint="validate",'
         'kind="TrainJob",operation="CREATE"} 1.0' in text

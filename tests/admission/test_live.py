@@ -21,6 +21,7 @@ from mpigate.admission.live import KubeLiveSource, TrainJobCache, queue_usage
 from mpigate.admission.service import ServiceSettings
 from mpigate.config import load
 from mpigate.policy.decision import AdmissionInput
+from tests.conftest import REPO
 
 from .conftest import BASE_ORG, StartWebhook, trainjob, wait_for
 
@@ -336,3 +337,36 @@ def test_in_cluster_config_needs_the_service_account_and_env(tmp_path: Path) -> 
     )
     assert config is not None and config.server == "https://[fd00::1]:443" and config.ca_data == b"CA"
     assert in_cluster_config(tmp_path, env={}) is None
+
+
+async def test_runtimes_approved_as_external_are_read_from_the_cluster(
+    kmock: kmock_lib.KubernetesEmulator, client: KubeClient
+) -> None:
+    config = load(REPO)
+    runtime = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "deepspeed-distributed"},
+        "spec": {"mlPolicy": {"numNodes": 1, "mpi": {"mpiImplementation": "OpenMPI"}}},
+    }
+    job = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "ds", "namespace": "cv-team"},
+        "spec": {"runtimeRef": {"name": "deepspeed-distributed"}},
+    }
+    source = KubeLiveSource(client)
+    live = await source.context(config, request_for(job), timeout=1.0)
+    assert live is not None and live.runtimes is None
+    assert "ClusterTrainingRuntime deepspeed-distributed not read: GET " in (live.unavailable_reason or "")
+    assert "HTTP 404" in (live.unavailable_reason or "")
+    kmock.objects["trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", None, "deepspeed-distributed"] = (
+        runtime
+    )
+    live = await source.context(config, request_for(job), timeout=1.0)
+    assert live is not None and live.runtimes is not None
+    assert dict(live.runtimes) == {("ClusterTrainingRuntime", None, "deepspeed-distributed"): runtime}
+    # A runtime whose manifest is in the config tree is never read from the cluster.
+    job["spec"]["runtimeRef"]["name"] = "mpi-openmpi-gpu"
+    live = await source.context(config, request_for(job), timeout=1.0)
+    assert live is not None and live.runtimes is None

@@ -22,10 +22,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from mpigate.config import Config, parse_quantity
 from mpigate.policy.decision import AdmissionInput, LiveContext
@@ -44,12 +44,18 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TRAINJOBS_PATH: Final = "/apis/trainer.kubeflow.org/v1alpha1/trainjobs"
+TRAINER_API: Final = "/apis/trainer.kubeflow.org/v1alpha1"
+TRAINJOBS_PATH: Final = f"{TRAINER_API}/trainjobs"
 KUEUE_API: Final = "/apis/kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 FINISHED_CONDITIONS: Final = ("Complete", "Failed")
 
 ErrorHook = Callable[[str, str], None]
+T = TypeVar("T")
+
+
+async def _none() -> None:
+    return None
 
 
 class LiveSource(Protocol):
@@ -300,6 +306,48 @@ class KueueReader:
         return cq
 
 
+class RuntimeReader:
+    """Reads (Cluster)TrainingRuntimes approved as ``external`` (installed with Trainer, not kept
+    in the config tree), cached: runtimes change rarely."""
+
+    def __init__(self, client: KubeClient, *, ttl: float = 30.0) -> None:
+        self._client = client
+        self._ttl = ttl
+        self._cache: dict[tuple[str, str | None, str], tuple[float, dict[str, Any]]] = {}
+
+    async def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        key = (kind, namespace, name)
+        hit = self._cache.get(key)
+        if hit and time.monotonic() - hit[0] < self._ttl:
+            return hit[1]
+        if kind == "TrainingRuntime":
+            path = f"{TRAINER_API}/namespaces/{namespace}/trainingruntimes/{name}"
+        else:
+            path = f"{TRAINER_API}/clustertrainingruntimes/{name}"
+        manifest = await self._client.get(path)
+        self._cache[key] = (time.monotonic(), manifest)
+        return manifest
+
+
+def external_runtime(config: Config, request: AdmissionInput) -> tuple[str, str | None, str] | None:
+    """The (kind, namespace, name) of the runtime a TrainJob uses, when the org approved it as
+    external and the config tree does not carry its manifest; else None."""
+    spec = (request.obj or {}).get("spec")
+    ref = spec.get("runtimeRef") if isinstance(spec, dict) else None
+    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str):
+        return None
+    kind = ref.get("kind") or "ClusterTrainingRuntime"
+    if kind not in ("ClusterTrainingRuntime", "TrainingRuntime"):
+        return None
+    name: str = ref["name"]
+    if config.runtime(kind, name, request.namespace) is not None:
+        return None
+    approval = config.org.runtime_approval(name, kind)
+    if approval is None or not approval.external:
+        return None
+    return (kind, request.namespace if kind == "TrainingRuntime" else None, name)
+
+
 class KubeLiveSource:
     """The live context from a Kubernetes API server (see the module docstring)."""
 
@@ -310,6 +358,7 @@ class KubeLiveSource:
         self._on_error = on_error or (lambda source, reason: None)
         self.jobs = TrainJobCache(client, on_error=self._on_error)
         self.kueue = KueueReader(client, api=kueue_api)
+        self.runtimes = RuntimeReader(client)
 
     async def start(self) -> None:
         self.jobs.start()
@@ -334,15 +383,20 @@ class KubeLiveSource:
         labels = ((request.obj or {}).get("metadata") or {}).get("labels") or {}
         local_queue = labels.get(QUEUE_LABEL) if isinstance(labels.get(QUEUE_LABEL), str) else None
         local_queue = local_queue or (team.queues[0] if team.queues else team.name)
-        usage: QueueUsage | None = None
-        try:
-            usage = await asyncio.wait_for(self._usage(config, request.namespace, local_queue), timeout)
-        except TimeoutError:
-            reasons.append(f"Kueue ClusterQueue not read within {timeout * 1000:.0f} ms")
-            self._on_error("clusterqueue", "timeout")
-        except KubeError as exc:
-            reasons.append(f"Kueue ClusterQueue: {exc}")
-            self._on_error("clusterqueue", exc.kind)
+        runtime_key = external_runtime(config, request)
+        usage_read, runtime_read = await asyncio.gather(
+            self._bounded(self._usage(config, request.namespace, local_queue), timeout, "clusterqueue"),
+            self._bounded(self.runtimes.get(*runtime_key), timeout, "runtime") if runtime_key else _none(),
+        )
+        usage = usage_read if isinstance(usage_read, QueueUsage) else None
+        if isinstance(usage_read, str):
+            reasons.append(f"Kueue ClusterQueue {usage_read}")
+        runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] | None = None
+        if runtime_key is not None:
+            if isinstance(runtime_read, dict):
+                runtimes = {runtime_key: runtime_read}
+            else:
+                reasons.append(f"{runtime_key[0]} {runtime_key[2]} {runtime_read}")
         return LiveContext(
             active_jobs=active,
             gpus_in_use=dict(usage.in_use) if usage else None,
@@ -350,7 +404,19 @@ class KubeLiveSource:
             borrowing=dict(usage.borrowing) if usage else None,
             source=f"cluster (ClusterQueue {usage.cluster_queue})" if usage else "cluster",
             unavailable_reason="; ".join(reasons) or None,
+            runtimes=runtimes,
         )
+
+    async def _bounded(self, lookup: Awaitable[T], timeout: float, source: str) -> T | str:
+        """The lookup's result, or why there is none (``not read within 200 ms``, the error)."""
+        try:
+            return await asyncio.wait_for(lookup, timeout)
+        except TimeoutError:
+            self._on_error(source, "timeout")
+            return f"not read within {timeout * 1000:.0f} ms"
+        except KubeError as exc:
+            self._on_error(source, exc.kind)
+            return f"not read: {exc}"
 
     async def _usage(self, config: Config, namespace: str, local_queue: str) -> QueueUsage:
         try:

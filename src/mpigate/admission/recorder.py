@@ -30,9 +30,16 @@ class DecisionRecorder(Protocol):
 
     async def close(self) -> None: ...
 
+    @property
+    def healthy(self) -> bool:
+        """False while records cannot be written (the server then reports not ready)."""
+        ...
+
 
 class NullRecorder:
     """Records nothing (``mpigate serve`` without ``--audit-dir``)."""
+
+    healthy = True
 
     async def record(self, decision: Decision, request: AdmissionInput, stage: Stage) -> None:
         return None
@@ -50,6 +57,8 @@ class RecordedDecision:
 
 class MemoryRecorder:
     """Keeps records in memory, in order (tests, and embedding mpigate in another program)."""
+
+    healthy = True
 
     def __init__(self) -> None:
         self._records: list[RecordedDecision] = []

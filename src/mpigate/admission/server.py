@@ -129,6 +129,8 @@ async def _readyz(request: web.Request) -> web.StreamResponse:
         return _json({"status": "draining"}, 503)
     if loaded is None:
         return _json({"status": "no config", "error": service.store.last_error}, 503)
+    if not service.recorder.healthy:
+        return _json({"status": "audit trail not writable"}, 503)
     return _json({"status": "ready", "revision": loaded.revision})
 
 
