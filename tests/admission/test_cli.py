@@ -125,7 +125,7 @@ def test_review_prints_kubectl_style_outcomes(example_webhook: tuple[str, Path])
     denial = next(line for line in lines if line.startswith("Error from server (Forbidden)"))
     assert denial == (
         "Error from server (Forbidden): error when creating "
-        f'"{trainjobs / "deny-over-quota.yaml"}": admission webhook "validate.mpigate.io" denied the '
+        f'"{trainjobs / "deny-over-quota.yaml"}": admission webhook "validate.team.mpigate.io" denied the '
         "request: mpigate denied TrainJob nlp-team/llm-pretrain-huge:"
     )
     assert "2 objects: 1 admitted, 1 denied" in result.stderr

@@ -259,7 +259,7 @@ _VERBS = {
 }
 
 
-def format_outcome(result: ReplayResult, source: str, *, webhook: str = "validate.mpigate.io") -> str:
+def format_outcome(result: ReplayResult, source: str, *, webhook: str = "validate.team.mpigate.io") -> str:
     """The outcome as ``kubectl apply`` would print it (plus the mutations mpigate made)."""
     group = next((row[0] for row in RESOURCES if row[3] == result.kind), "")
     resource = f"{result.kind.lower()}.{group}" if group else result.kind.lower()

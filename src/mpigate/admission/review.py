@@ -14,7 +14,7 @@ Two API-server limits shape the output:
   into continuation lines instead of losing their end;
 - ``auditAnnotations`` keys are prefixed by the API server with ``<webhook name>/``, so a key
   must be a plain qualified name without a prefix (``decision``, not ``mpigate.io/decision``):
-  the audit event then carries e.g. ``validate.mpigate.io/decision``.
+  the audit event then carries e.g. ``validate.team.mpigate.io/decision``.
 """
 
 from __future__ import annotations

@@ -357,7 +357,7 @@ def _documents(paths: tuple[Path, ...]) -> Iterator[tuple[Path, dict[str, Any]]]
 @click.option("--namespace", help="Namespace for objects that do not name one.")
 @click.option("--dry-run", is_flag=True, help="Mark the requests as dryRun.")
 @click.option(
-    "--webhook-name", default="validate.mpigate.io", show_default=True, help="Name shown in denials."
+    "--webhook-name", default="validate.team.mpigate.io", show_default=True, help="Name shown in denials."
 )
 @OUTPUT_OPTION
 def review_command(
