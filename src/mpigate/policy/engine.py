@@ -178,6 +178,8 @@ def _trainjob(
         before = {(f.rule, f.path) for f in _trainjob_findings(old_ctx, _demand(old_ctx))}
         findings = [f for f in findings if (f.rule, f.path) not in before]
         findings.extend(_guarded("MPG-LIFE-003", lambda: check_update_guard(ctx, old)))
+    if ctx.resolution is not None:
+        notes.extend(p.message for p in ctx.resolution.problems if p.advisory)
     if ctx.resolution is None and ctx.runtime_known:
         notes.append(f"runtime {ctx.runtime_name} is external: only spec.trainer was checked, not its pods")
 
@@ -334,6 +336,8 @@ _PROBLEM_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
 
 def _problem_findings(problems: Iterable[Problem]) -> Iterator[Finding]:
     for problem in problems:
+        if problem.advisory:
+            continue
         rule = "MPG-RT-001"
         if problem.malformed and not problem.in_runtime:
             rule = next(

@@ -81,6 +81,8 @@ class Problem:
     message: str
     malformed: bool = False
     in_runtime: bool = False
+    #: Trainer accepts it, but it is probably not what the author meant (a note, not an error).
+    advisory: bool = False
 
     @property
     def path(self) -> str:
@@ -466,9 +468,9 @@ def resolve(
                 tj_rec.typed(template, Mapping, (*job_path, "template"))
                 continue
             pod_patch = _pod_template({"template": template})
-            _check_patch_containers(
-                pod_patch, _pod_template(docs[job_name]), (*job_path, *_JOB_TO_POD), tj_rec
-            )
+            current = _pod_template(docs[job_name])
+            _check_patch_containers(pod_patch, current, (*job_path, *_JOB_TO_POD), tj_rec)
+            template = _without_unknown_containers(template, current)
             docs[job_name] = strategic_merge(docs[job_name], {"template": template})
             layers[job_name].append(Layer("patch", pod_patch, (*job_path, *_JOB_TO_POD), "", manager))
 
@@ -572,10 +574,12 @@ def resolve(
                 "Trainer rejects a TrainJob that configures it",
             )
     if trainer and trainer_job is None and job_docs:
-        tj_rec.add(
-            ("spec", "trainer"),
-            f"runtime {runtime_name} has no replicated job labelled {ANCESTOR_LABEL}: trainer, "
-            "so spec.trainer reaches no pod",
+        tj_rec.problems.append(
+            Problem(
+                ("spec", "trainer"),
+                f"runtime {runtime_name} has no job labelled trainer, so spec.trainer reaches no pod",
+                advisory=True,
+            )
         )
 
     return Resolution(
@@ -612,6 +616,27 @@ def _check_patch_containers(
                     f"Trainer rejects env patches on the {item['name']} container; "
                     "use spec.trainer.env or spec.initializer.*.env",
                 )
+
+
+def _without_unknown_containers(
+    template: Mapping[str, Any], runtime_pod: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """The patch without containers the job lacks: Trainer rejects those patches, so they never apply
+    (merging them would invent image-less containers)."""
+    found, pod_spec = get_path(template, ("spec", "template", "spec"))
+    if not found or not isinstance(pod_spec, Mapping):
+        return template
+    runtime_spec = _mapping(runtime_pod.get("spec"))
+    cleaned = dict(pod_spec)
+    for list_field in ("initContainers", "containers"):
+        items = pod_spec.get(list_field)
+        if not isinstance(items, list):
+            continue
+        existing = {c.get("name") for c in _list(runtime_spec.get(list_field)) if isinstance(c, Mapping)}
+        cleaned[list_field] = [c for c in items if isinstance(c, Mapping) and c.get("name") in existing]
+    out: dict[str, Any] = copy_json(template)
+    out["spec"]["template"]["spec"] = cleaned
+    return out
 
 
 def _gpu_count(resources: Mapping[str, Any]) -> int:

@@ -10,7 +10,7 @@ from mpigate.config.model import Team
 from mpigate.policy.context import as_int, as_mapping
 from mpigate.policy.findings import Finding
 from mpigate.trainjob import EffectiveJob, Resolution
-from mpigate.trainjob.resolve import LAUNCHER, NODE
+from mpigate.trainjob.resolve import LAUNCHER, MPIGATE_MANAGER, NODE
 
 __all__ = ["check_mpi_sanity", "check_runtime_approval", "check_runtime_drift"]
 
@@ -127,6 +127,16 @@ def _run_as(
     return as_int(pod_sc.get("runAsUser")), non_root, ("spec", "securityContext", "runAsUser")
 
 
+def _defaulted(job: EffectiveJob, index: int) -> bool:
+    """runAsNonRoot comes only from mpigate's own security defaults (the runtime does not say who it
+    runs as, so the SSH path cannot be judged)."""
+    own = f"spec.runtimePatches[manager={MPIGATE_MANAGER}]"
+    container_sc = as_mapping(as_mapping(job.spec.get("containers", [{}])[index]).get("securityContext"))
+    if "runAsNonRoot" in container_sc:
+        return job.origin(("spec", "containers", index, "securityContext", "runAsNonRoot")).startswith(own)
+    return job.origin(("spec", "securityContext", "runAsNonRoot")).startswith(own)
+
+
 def check_mpi_sanity(config: Config, resolution: Resolution, root: str) -> Iterator[Finding]:
     """MPG-RT-002: allowed MPI implementation; SSH keys mounted where the pods' user looks."""
     ml = resolution.ml_policy
@@ -154,7 +164,7 @@ def check_mpi_sanity(config: Config, resolution: Resolution, root: str) -> Itera
                 problem = (
                     f"runs as UID {uid}, but sshAuthMountPath is /root/.ssh (only root reads keys there)"
                 )
-            elif mount == "/root/.ssh" and uid is None and non_root:
+            elif mount == "/root/.ssh" and uid is None and non_root and not _defaulted(job, index):
                 problem = (
                     "must run as non-root, but sshAuthMountPath is /root/.ssh (only root reads keys there)"
                 )
