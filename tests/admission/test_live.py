@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as dt
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -370,3 +371,60 @@ async def test_runtimes_approved_as_external_are_read_from_the_cluster(
     job["spec"]["runtimeRef"]["name"] = "mpi-openmpi-gpu"
     live = await source.context(config, request_for(job), timeout=1.0)
     assert live is not None and live.runtimes is None
+
+
+@pytest.mark.parametrize(
+    ("active", "reserved", "allowed", "text"),
+    [
+        (
+            5,
+            0,
+            False,
+            "[MPG-Q007] metadata.namespace: nlp-team already has 5 active TrainJobs (maxConcurrentJobs 5",
+        ),
+        (
+            4,
+            12,
+            True,
+            "[MPG-Q008] nlp-team uses 12/16 GPUs; this job asks 16 and will wait for 12 to free",
+        ),
+        (4, 0, True, None),
+    ],
+)
+async def test_live_quota_context_drives_the_real_engine(
+    kmock: kmock_lib.KubernetesEmulator,
+    start_webhook: StartWebhook,
+    http: aiohttp.ClientSession,
+    active: int,
+    reserved: int,
+    allowed: bool,
+    text: str | None,
+) -> None:
+    for i in range(active):
+        kmock.objects[TJ, "nlp-team", f"run-{i}"] = job("nlp-team", f"run-{i}")
+    kmock.objects[TJ, "nlp-team", "done"] = job("nlp-team", "done", finished="Complete")
+    kmock.objects[LQ, "nlp-team", "nlp-team"] = {
+        "metadata": {"name": "nlp-team"},
+        "spec": {"clusterQueue": "nlp-team"},
+    }
+    cq = cluster_queue("nlp-team", nominal=16, borrowing=0, reserved=reserved)
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["name"] = "a100-eu"
+    cq["status"]["flavorsReservation"][0]["name"] = "a100-eu"
+    kmock.objects[CQ, None, "nlp-team"] = cq
+    moment = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
+    server = await start_webhook(
+        config=REPO, evaluator=None, clock=lambda: moment, kube=KubeConfig(server=str(kmock.url).rstrip("/"))
+    )
+    live = server.service.live
+    assert isinstance(live, KubeLiveSource)
+    await wait_for(lambda: live.jobs.synced)
+    obj = yaml.safe_load((REPO / "examples" / "trainjobs" / "queue-full.yaml").read_text())
+    async with http.post(server.url + "/validate", json=make_review(obj, uid="q")) as resp:
+        response = (await resp.json())["response"]
+    assert response["allowed"] is allowed
+    shown = [response.get("status", {}).get("message", ""), *response.get("warnings", [])]
+    if text is None:
+        assert "MPG-Q007" not in response["auditAnnotations"]["rules"]
+        assert "MPG-Q008" not in response["auditAnnotations"]["rules"]
+    else:
+        assert any(text in s for s in shown), shown
