@@ -16,7 +16,7 @@ import pytest
 from mpigate.admission.client import make_review
 from mpigate.admission.logjson import JsonFormatter
 from mpigate.admission.recorder import MemoryRecorder
-from mpigate.admission.server import WebhookServer
+from mpigate.admission.server import ServeOptions, WebhookServer
 
 from .conftest import StartWebhook, trainjob
 from .stub_engine import DENY, RAISE, WARN
@@ -296,3 +296,20 @@ async def test_each_review_is_logged_as_one_json_line_with_its_request_id(
     assert line["decision"] == "denied" and line["rules"] == ["MPG-Q001"] and line["status"] == 200
     assert line["namespace"] == "alpha" and line["name"] == "smoke" and line["level"] == "info"
     assert line["duration_ms"] > 0
+
+
+async def test_plain_http_only_with_insecure_dev_on_loopback(org: Path) -> None:
+    with pytest.raises(ValueError, match=r"binds only to 127\.0\.0\.1"):
+        WebhookServer(ServeOptions(config=org, insecure_dev=True, host="0.0.0.0"))
+    with pytest.raises(ValueError, match="TLS certificate and key are required"):
+        WebhookServer(ServeOptions(config=org, host="127.0.0.1"))
+    server = WebhookServer(
+        ServeOptions(config=org, insecure_dev=True, host="127.0.0.1", port=0), evaluator=None
+    )
+    await server.start()
+    try:
+        assert server.url.startswith("http://127.0.0.1:")
+        async with aiohttp.ClientSession() as plain, plain.get(server.url + "/readyz") as resp:
+            assert resp.status == 200
+    finally:
+        await server.stop()
