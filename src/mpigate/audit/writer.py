@@ -406,6 +406,18 @@ class AuditLog:
         if not live:
             return
         try:
+            self._commit_live(live)
+        except Exception as exc:  # a bug or a broken clock: never leave a caller waiting
+            logger.exception("audit chain %s: unexpected error while committing", self._chain)
+            self._close_segment()
+            self._needs_reload = True
+            error = AuditWriteError(f"audit log internal error: {exc!r}", "internal")
+            for pending in live:
+                if not pending.future.done():
+                    pending.future.set_exception(error)
+
+    def _commit_live(self, live: list[_Pending]) -> None:
+        try:
             if self._needs_reload:
                 self._reload(startup=False)
             now = self._clock().timestamp()
