@@ -158,3 +158,21 @@ def test_endpoint_without_path_gets_v1_logs(tmp_path, receiver):
     base = receiver.url.removesuffix("/v1/logs")
     result = OtlpShipper(directory, base, certificate_file=receiver.ca_file, timeout=5).ship_once()
     assert result.shipped == 3 and not result.failed
+
+
+def test_cli_ship_once(tmp_path, receiver):
+    from click.testing import CliRunner
+
+    from mpigate.cli import cli
+
+    directory = tmp_path / "audit"
+    write(directory, "c", 2)
+    args = ["audit", "ship", str(directory), "--endpoint", receiver.url, "--ca-file", receiver.ca_file, "--once"]
+    result = CliRunner().invoke(cli, [*args, "--header", "x-tenant=acme"])
+    assert result.exit_code == 0, result.output
+    assert "shipped 4 record(s); 0 waiting" in result.output
+    assert sorted(receiver.seqs("c")) == [1, 2, 3, 4]
+    receiver.fail = lambda n: True
+    write(directory, "c", 1, start=5)
+    failed = CliRunner().invoke(cli, args)
+    assert failed.exit_code == 1 and "2 waiting" in failed.output
