@@ -14,6 +14,7 @@ attributes carry chain, seq, hash, stage, decision, team, object and rule IDs fo
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import json
 import logging
@@ -102,7 +103,9 @@ def _attributes(record: Mapping[str, Any]) -> dict[str, Any]:
 def log_record_for(record: Mapping[str, Any], line: bytes, resource: Resource) -> ReadableLogRecord:
     """The OTLP log record of one audit record (``line`` is its stored JSON)."""
     try:
-        timestamp = int(parse_time(str(record.get("time"))).timestamp() * 1_000_000_000)
+        moment = parse_time(str(record.get("time")))
+        # exact integer nanoseconds (a float timestamp would turn .123 into .122999…)
+        timestamp = (calendar.timegm(moment.utctimetuple()) * 1_000_000 + moment.microsecond) * 1000
     except ValueError:
         timestamp = time.time_ns()
     stage = str(record.get("stage", ""))
