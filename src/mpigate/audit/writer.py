@@ -32,7 +32,6 @@ import datetime as dt
 import errno
 import fcntl
 import hashlib
-import json
 import logging
 import os
 import secrets
@@ -61,6 +60,7 @@ from ._canonical import (
 from .errors import AuditClosedError, AuditError, AuditLockedError, AuditWriteError
 from .layout import LOCK_FILE, fsync_dir, list_segments, segment_name, valid_chain_id
 from .metrics import AuditMetrics
+from .reader import parse_json_object
 from .records import CALLER_STAGES
 from .signing import Signer, signed_bytes
 
@@ -867,11 +867,8 @@ def _try_lock(chain_dir: Path) -> int | None:
 
 
 def _parse_record(line: bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, dict) and "seq" in value and "hash" in value else None
+    value = parse_json_object(line)
+    return value if value is not None and "seq" in value and "hash" in value else None
 
 
 def _scan_tail(path: Path) -> _Tail:
