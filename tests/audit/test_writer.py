@@ -20,6 +20,7 @@ from mpigate.audit import (
     AuditLockedError,
     AuditLog,
     AuditMetrics,
+    AuditWriteError,
     HmacSigner,
     WriterOptions,
 )
@@ -261,3 +262,22 @@ def test_ed25519_checkpoints_verify_with_the_public_key_only(tmp_path, ed25519_f
     assert good.ok and good.signatures == "verified"
     wrong = verify_chain(tmp_path / "audit" / "ed", KeyRing.load([Path(__file__)]))
     assert not wrong.ok and wrong.first("forged") is not None
+
+
+def test_an_internal_error_fails_the_batch_not_the_writer(tmp_path, signer, keyring):
+    broken = [False]
+
+    def flaky_clock() -> dt.datetime:
+        if broken[0]:
+            broken[0] = False
+            raise RuntimeError("clock broke")
+        return dt.datetime.now(dt.UTC)
+
+    with AuditLog.open(tmp_path / "audit", chain="c", signer=signer, clock=flaky_clock) as log:
+        log.append(entry(1))
+        broken[0] = True
+        with pytest.raises(AuditWriteError) as failure:
+            log.append(entry(2))
+        assert failure.value.reason == "internal"
+        assert log.append(entry(3)).seq == 3
+    assert verify_chain(tmp_path / "audit" / "c", keyring).ok

@@ -15,11 +15,12 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+import orjson
 
 from ._canonical import GENESIS_PREV, RECORD_VERSION, record_hash
 from .layout import chain_dirs, list_segments, segment_seq, torn_files
@@ -205,7 +206,7 @@ class ChainReader:
         self.keys = keys if keys is not None and not keys.empty else None
         self.max_problems = max_problems
         self.report = ChainReport(chain=self.directory.name, directory=str(self.directory))
-        self._recent: OrderedDict[int, str] = OrderedDict()
+        self._recent: dict[int, str] = {}
         self._gaps: list[_Gap] = []
         self._last_seq = 0
         self._last_time: str | None = None
@@ -244,7 +245,7 @@ class ChainReader:
                     lines = lineno
                     complete = raw.endswith(b"\n")
                     body = raw[:-1] if complete else raw
-                    record = _parse(body)
+                    record = parse_json_object(body)
                     if record is None:
                         if not complete:
                             cut_short = True
@@ -383,8 +384,7 @@ class ChainReader:
                 )
         self._last_seq = max(self._last_seq, seq)
         self._recent[seq] = stored
-        if len(self._recent) > _HASH_WINDOW:
-            self._recent.popitem(last=False)
+        self._recent.pop(seq - _HASH_WINDOW, None)
 
         report.records += 1
         if report.first_seq is None:
@@ -524,11 +524,16 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _parse(body: bytes) -> dict[str, Any] | None:
+def parse_json_object(body: bytes) -> dict[str, Any] | None:
+    """A JSON object, or None. orjson parses several times faster than the standard library,
+    which matters at a million records; anything it refuses gets a second chance with json."""
     try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        try:
+            value = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return None
     return value if isinstance(value, dict) else None
 
 

@@ -32,7 +32,6 @@ import datetime as dt
 import errno
 import fcntl
 import hashlib
-import json
 import logging
 import os
 import secrets
@@ -61,6 +60,7 @@ from ._canonical import (
 from .errors import AuditClosedError, AuditError, AuditLockedError, AuditWriteError
 from .layout import LOCK_FILE, fsync_dir, list_segments, segment_name, valid_chain_id
 from .metrics import AuditMetrics
+from .reader import parse_json_object
 from .records import CALLER_STAGES
 from .signing import Signer, signed_bytes
 
@@ -127,7 +127,7 @@ class WrittenRecord:
 @dataclass(slots=True)
 class _Pending:
     entry: Mapping[str, Any]
-    fragments: list[tuple[str, str]]
+    template: str
     future: concurrent.futures.Future[WrittenRecord]
     submitted: float
 
@@ -206,6 +206,7 @@ class AuditLog:
         self._healthy = True
         self._last_commit = time.monotonic()
         self._last_stage = ""
+        self._sentinels = _Sentinels(secrets.token_hex(16))
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ opening
@@ -291,9 +292,9 @@ class AuditLog:
         """Queue ``entry`` and return a future of its :class:`WrittenRecord` (completed after fsync,
         or failed with :class:`AuditWriteError`). Raises ``ValueError`` for an invalid entry and
         :class:`AuditClosedError` after :meth:`close`."""
-        fragments = _encode_entry(entry)
+        template = _encode_entry(entry, self._chain, self._sentinels)
         future: concurrent.futures.Future[WrittenRecord] = concurrent.futures.Future()
-        pending = _Pending(entry, fragments, future, time.monotonic())
+        pending = _Pending(entry, template, future, time.monotonic())
         with self._cond:
             if self._closing:
                 raise AuditClosedError()
@@ -406,6 +407,18 @@ class AuditLog:
         if not live:
             return
         try:
+            self._commit_live(live)
+        except Exception as exc:  # a bug or a broken clock: never leave a caller waiting
+            logger.exception("audit chain %s: unexpected error while committing", self._chain)
+            self._close_segment()
+            self._needs_reload = True
+            error = AuditWriteError(f"audit log internal error: {exc!r}", "internal")
+            for pending in live:
+                if not pending.future.done():
+                    pending.future.set_exception(error)
+
+    def _commit_live(self, live: list[_Pending]) -> None:
+        try:
             if self._needs_reload:
                 self._reload(startup=False)
             now = self._clock().timestamp()
@@ -418,7 +431,7 @@ class AuditLog:
         lines: list[bytes] = []
         written: list[WrittenRecord] = []
         for pending in live:
-            line, record = self._build(pending.fragments, pending.entry)
+            line, record = self._build(pending.template, pending.entry)
             lines.append(line)
             written.append(record)
             if self._state.since_checkpoint >= self._options.checkpoint_every:
@@ -549,17 +562,17 @@ class AuditLog:
         assert state.segment is not None
         return state.segment.name, state.lines
 
-    def _build(
-        self, fragments: list[tuple[str, str]], entry: Mapping[str, Any]
-    ) -> tuple[bytes, WrittenRecord]:
+    def _build(self, template: str, entry: Mapping[str, Any]) -> tuple[bytes, WrittenRecord]:
         envelope = self._envelope()
-        parts = fragments + [(k, encode_fragment(v)) for k, v in envelope.items()]
-        parts.sort()
-        body = "{" + ",".join(f"{encode_fragment(k)}:{v}" for k, v in parts) + "}"
-        digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-        parts.append(("hash", f'"{digest}"'))
-        parts.sort()
-        line = ("{" + ",".join(f"{encode_fragment(k)}:{v}" for k, v in parts) + "}\n").encode("utf-8")
+        marks = self._sentinels
+        text = (
+            template.replace(marks.seq, str(envelope["seq"]), 1)
+            .replace(marks.prev, f'"{envelope["prev"]}"', 1)
+            .replace(marks.time, f'"{envelope["time"]}"', 1)
+        )
+        # "chain" sorts before "hash", so the hash member is never first and always has a comma.
+        digest = hashlib.sha256(text.replace(marks.hash_member, "", 1).encode("utf-8")).hexdigest()
+        line = (text.replace(marks.hash, f'"{digest}"', 1) + "\n").encode("utf-8")
         stage = str(entry["stage"])
         segment, line_no = self._advance(digest, stage)
         data = {**entry, **envelope, "hash": digest}
@@ -754,8 +767,44 @@ class AuditLog:
 # ---------------------------------------------------------------------- helpers
 
 
-def _encode_entry(entry: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Validate an entry and encode its fields once (the caller's thread does the JSON work)."""
+@dataclass(frozen=True, slots=True)
+class _Sentinels:
+    """Placeholders (JSON-encoded, with quotes) for the envelope values the writer thread fills in.
+
+    The caller's thread encodes the whole record once, canonically, with these in place of
+    ``seq``/``prev``/``time``/``hash``; the writer thread only substitutes strings. A random token
+    makes them impossible to meet in a payload (checked anyway).
+    """
+
+    token: str
+
+    @property
+    def seq(self) -> str:
+        return f'"@@{self.token}:seq@@"'
+
+    @property
+    def prev(self) -> str:
+        return f'"@@{self.token}:prev@@"'
+
+    @property
+    def time(self) -> str:
+        return f'"@@{self.token}:time@@"'
+
+    @property
+    def hash(self) -> str:
+        return f'"@@{self.token}:hash@@"'
+
+    @property
+    def hash_member(self) -> str:
+        return f',"hash":{self.hash}'
+
+    def placeholders(self) -> dict[str, str]:
+        return {key: f"@@{self.token}:{key}@@" for key in ("seq", "prev", "time", "hash")}
+
+
+def _encode_entry(entry: Mapping[str, Any], chain: str, marks: _Sentinels) -> str:
+    """Validate an entry and encode the whole record once, canonically, with placeholders for the
+    envelope values (the caller's thread does the JSON work)."""
     if not isinstance(entry, Mapping):
         raise ValueError(f"an audit entry is a mapping, not {type(entry).__name__}")
     stage = entry.get("stage")
@@ -766,15 +815,17 @@ def _encode_entry(entry: Mapping[str, Any]) -> list[tuple[str, str]]:
     reserved = ENVELOPE_KEYS.intersection(entry)
     if reserved:
         raise ValueError(f"the writer sets {sorted(reserved)}; an entry must not")
-    fragments: list[tuple[str, str]] = []
-    for key, value in entry.items():
+    for key in entry:
         if not isinstance(key, str):
             raise ValueError(f"audit entry keys are strings, not {key!r}")
-        try:
-            fragments.append((key, encode_fragment(value)))
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"audit entry field {key!r} is not JSON: {exc}") from exc
-    return fragments
+    record = {**entry, **marks.placeholders(), "chain": chain, "v": RECORD_VERSION}
+    try:
+        template = encode_fragment(record)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"audit entry is not JSON: {exc}") from exc
+    if template.count(marks.token) != 4:
+        raise ValueError("audit entry contains the writer's placeholder token")
+    return template
 
 
 def _claim_chain(root: Path, chain: str | None) -> tuple[str, int]:
@@ -816,11 +867,8 @@ def _try_lock(chain_dir: Path) -> int | None:
 
 
 def _parse_record(line: bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, dict) and "seq" in value and "hash" in value else None
+    value = parse_json_object(line)
+    return value if value is not None and "seq" in value and "hash" in value else None
 
 
 def _scan_tail(path: Path) -> _Tail:
