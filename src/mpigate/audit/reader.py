@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
 
@@ -104,9 +104,11 @@ class CheckpointInfo:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    """One record as read: where it is, and whether it passed its own checks (``intact``)."""
+class AuditEntry(NamedTuple):
+    """One record as read: where it is, and whether it passed its own checks (``intact``).
+
+    A named tuple rather than a frozen dataclass: verify creates a million of these per run and
+    tuple construction is several times cheaper."""
 
     chain: str
     seq: int
@@ -115,7 +117,7 @@ class AuditEntry:
     file: str
     line: int
     record: Mapping[str, Any]
-    raw: bytes = field(repr=False)
+    raw: bytes
     intact: bool = True
 
     @property
@@ -549,8 +551,9 @@ def _hash_ok(body: bytes, record: Mapping[str, Any], stored: str) -> bool:
     member = b',"hash":"' + stored.encode("ascii", "replace") + b'"'
     at = body.find(member)
     if at >= 0 and body.find(member, at + 1) < 0:
-        digest = hashlib.sha256(body[:at])
-        digest.update(body[at + len(member) :])
+        view = memoryview(body)
+        digest = hashlib.sha256(view[:at])
+        digest.update(view[at + len(member) :])
         if digest.hexdigest() == stored:
             return True
     return record_hash(record) == stored
