@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import shutil
 import statistics
@@ -92,6 +93,7 @@ def _p99(latencies: list[float]) -> float:
 
 
 def bench_appends(root: Path, seconds: float) -> None:
+    print(f"load average before: {os.getloadavg()[0]:.1f}")
     print(f"durable appends ({seconds:g} s per run, asyncio API, one record ~{len(str(ENTRY))} bytes)")
     head = f"{'group commit rec/s':>18} {'p99 ms':>8} | {'fsync per record rec/s':>22} {'p99 ms':>8}"
     print(f"{'writers':>8} | {head}")
@@ -148,7 +150,8 @@ def bench_verify(root: Path, records: int) -> None:
         f"signatures={report.signatures}"
     )
     print(
-        f"verify: {report.records / elapsed:,.0f} records/s ({elapsed:.1f} s); reading lines alone: "
+        f"verify: {report.records / elapsed:,.0f} records/s ({elapsed:.1f} s, load average "
+        f"{os.getloadavg()[0]:.1f}); reading lines alone: "
         f"{lines / floor:,.0f} lines/s; peak RSS grew by {(rss_after - rss_before) / 1024:,.1f} MiB"
     )
 
