@@ -346,6 +346,8 @@ class AuditLog:
                     return
         except BaseException:  # pragma: no cover - a bug; never leave callers hanging
             logger.exception("audit writer %s stopped unexpectedly", self._chain)
+            with self._cond:
+                self._closing = True  # later appends fail at once instead of waiting forever
             self._fail_queue(AuditWriteError("the audit writer stopped unexpectedly", "internal"))
             self._release()
             raise
@@ -947,7 +949,11 @@ class AsyncAuditLog:
         return self.log.healthy
 
     async def append(self, entry: Mapping[str, Any]) -> WrittenRecord:
-        """Append and wait until durable; raises :class:`AuditWriteError` when not written."""
+        """Append and wait until durable; raises :class:`AuditWriteError` when not written.
+
+        If the awaiting task is cancelled, the record is dropped when the writer had not taken it
+        yet, and written otherwise — either way no answer was given, so no decision goes
+        unrecorded."""
         return await asyncio.wrap_future(self.log.submit(entry))
 
     async def aclose(self) -> None:
