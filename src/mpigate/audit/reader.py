@@ -12,9 +12,11 @@ reports, and collects the per-chain reports.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import heapq
 import json
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 import orjson
 
 from ._canonical import GENESIS_PREV, RECORD_VERSION, record_hash
-from .layout import chain_dirs, list_segments, segment_seq, torn_files
+from .layout import LOCK_FILE, chain_dirs, list_segments, segment_seq, torn_files
 from .signing import KeyRing, signed_bytes
 
 __all__ = [
@@ -54,6 +56,7 @@ PROBLEM_KINDS: Mapping[str, str] = {
     "unsigned-tail": "records after the last checkpoint are not covered by a signature",
     "unchecked-signatures": "no key was given, so signatures were not checked",
     "unsigned-checkpoints": "the writer had no signing key",
+    "in-progress": "the newest line is still being written by a live writer",
 }
 
 _HASH_WINDOW = 256  # recent seq → hash kept for checking links across small reorders
@@ -250,7 +253,15 @@ class ChainReader:
                     body = raw[:-1] if complete else raw
                     record = parse_json_object(body)
                     if record is None:
-                        if not complete:
+                        if not complete and index == len(segments) - 1 and writer_is_live(self.directory):
+                            self._problem(
+                                "in-progress",
+                                path,
+                                lineno,
+                                f"the last line ({len(raw)} bytes) is being written by the live writer",
+                                "warning",
+                            )
+                        elif not complete:
                             cut_short = True
                             self._problem(
                                 "truncated",
@@ -557,6 +568,26 @@ def _hash_ok(body: bytes, record: Mapping[str, Any], stored: str) -> bool:
         if digest.hexdigest() == stored:
             return True
     return record_hash(record) == stored
+
+
+def writer_is_live(chain_dir: Path) -> bool:
+    """Whether a writer holds the chain's lock right now (probed without blocking it: a shared
+    lock attempt that is released at once)."""
+    try:
+        fd = os.open(chain_dir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 def verify_chain(chain_dir: str | Path, keys: KeyRing | None = None) -> ChainReport:

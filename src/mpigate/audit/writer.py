@@ -836,6 +836,12 @@ def _claim_chain(root: Path, chain: str | None) -> tuple[str, int]:
         if not valid_chain_id(chain):
             raise AuditError(f"invalid chain id {chain!r} (letters, digits, '.', '_', '-')")
         fd = _try_lock(root / chain)
+        for _ in range(10):
+            if fd is not None:
+                break
+            # A verifier probes the lock for a moment; a live writer holds it for good.
+            time.sleep(0.05)
+            fd = _try_lock(root / chain)
         if fd is None:
             raise AuditLockedError(f"audit chain {chain} in {root} is held by another writer")
         return chain, fd
