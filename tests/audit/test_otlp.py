@@ -167,7 +167,8 @@ def test_cli_ship_once(tmp_path, receiver):
 
     directory = tmp_path / "audit"
     write(directory, "c", 2)
-    args = ["audit", "ship", str(directory), "--endpoint", receiver.url, "--ca-file", receiver.ca_file, "--once"]
+    args = ["audit", "ship", str(directory), "--endpoint", receiver.url, "--ca-file", receiver.ca_file]
+    args.append("--once")
     result = CliRunner().invoke(cli, [*args, "--header", "x-tenant=acme"])
     assert result.exit_code == 0, result.output
     assert "shipped 4 record(s); 0 waiting" in result.output

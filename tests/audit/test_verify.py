@@ -272,3 +272,29 @@ def test_read_chains_merges_by_time(tmp_path, keyring):
     assert chains_in_order[:4] == ["a", "b", "a", "b"]
     assert reading.ok and len(reading.reports) == 2 and all(r.complete for r in reading.reports)
     assert all(e.intact and record_hash(e.record) == e.hash for e in entries)
+
+
+def test_a_partial_line_of_a_live_writer_is_in_progress(tmp_path, keyring):
+    from mpigate.audit import AuditLog, HmacSigner
+
+    from .conftest import HMAC_SECRET
+
+    chain = tmp_path / "audit" / "live"
+    partial = b'{"chain":"live","decision":"al'
+    log = AuditLog.open(tmp_path / "audit", chain="live", signer=HmacSigner(HMAC_SECRET))
+    try:
+        log.append(entry(1))
+        segment = segments(chain)[-1]
+        size = segment.stat().st_size
+        with segment.open("ab") as fh:  # what a reader can see in the middle of a write
+            fh.write(partial)
+        live = verify_chain(chain, keyring)
+        assert live.ok and live.first("in-progress") is not None and live.first("truncated") is None
+        with segment.open("r+b") as fh:
+            fh.truncate(size)
+    finally:
+        log.close()
+    with segment.open("ab") as fh:
+        fh.write(partial)
+    dead = verify_chain(chain, keyring)  # no writer holds the chain: a cut, not a write in progress
+    assert not dead.ok and dead.first("truncated") is not None

@@ -346,6 +346,8 @@ class AuditLog:
                     return
         except BaseException:  # pragma: no cover - a bug; never leave callers hanging
             logger.exception("audit writer %s stopped unexpectedly", self._chain)
+            with self._cond:
+                self._closing = True  # later appends fail at once instead of waiting forever
             self._fail_queue(AuditWriteError("the audit writer stopped unexpectedly", "internal"))
             self._release()
             raise
@@ -834,6 +836,12 @@ def _claim_chain(root: Path, chain: str | None) -> tuple[str, int]:
         if not valid_chain_id(chain):
             raise AuditError(f"invalid chain id {chain!r} (letters, digits, '.', '_', '-')")
         fd = _try_lock(root / chain)
+        for _ in range(10):
+            if fd is not None:
+                break
+            # A verifier probes the lock for a moment; a live writer holds it for good.
+            time.sleep(0.05)
+            fd = _try_lock(root / chain)
         if fd is None:
             raise AuditLockedError(f"audit chain {chain} in {root} is held by another writer")
         return chain, fd
@@ -947,7 +955,11 @@ class AsyncAuditLog:
         return self.log.healthy
 
     async def append(self, entry: Mapping[str, Any]) -> WrittenRecord:
-        """Append and wait until durable; raises :class:`AuditWriteError` when not written."""
+        """Append and wait until durable; raises :class:`AuditWriteError` when not written.
+
+        If the awaiting task is cancelled, the record is dropped when the writer had not taken it
+        yet, and written otherwise — either way no answer was given, so no decision goes
+        unrecorded."""
         return await asyncio.wrap_future(self.log.submit(entry))
 
     async def aclose(self) -> None:

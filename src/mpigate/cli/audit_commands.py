@@ -6,7 +6,6 @@ import contextlib
 import io
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -301,11 +300,8 @@ def ship_command(
         result = shipper.ship_once()
         click.echo(f"shipped {result.shipped} record(s); {result.lag} waiting", err=True)
         sys.exit(1 if result.failed else 0)
-    shipper.start(interval=interval)
     try:
-        while True:
-            signal_wait = threading.Event()
-            signal_wait.wait(3600)
+        shipper.run(interval=interval)  # until interrupted (SIGINT/SIGTERM ends the process)
     except KeyboardInterrupt:
         pass
     finally:
