@@ -10,10 +10,12 @@ import click
 
 from mpigate import __version__
 
+from .audit_commands import audit_group
 from .config_commands import check_command, init_command, schema_command
 from .engine_commands import explain_command, test_command
 from .preflight_commands import preflight_command
 from .render_commands import diff_command, render_command
+from .serve_commands import certs_command, review_command, serve_command
 
 __all__ = ["cli", "main"]
 
@@ -45,6 +47,10 @@ cli.add_command(diff_command)
 cli.add_command(preflight_command)
 cli.add_command(explain_command)
 cli.add_command(test_command)
+cli.add_command(audit_group)
+cli.add_command(serve_command)
+cli.add_command(certs_command)
+cli.add_command(review_command)
 
 
 def main() -> None:
