@@ -103,7 +103,7 @@ async def test_a_failed_record_fails_the_request(
         assert body["message"].startswith("mpigate could not write the audit record (RecordError)")
     async with http.get(server.url + "/metrics") as resp:
         text = await resp.text()
-    assert "mpigate_audit_write_errors_total 2.0" in text
+    assert "mpigate_admission_audit_failures_total 2.0" in text
     async with http.get(server.url + "/readyz") as resp:
         assert resp.status == 503 and (await resp.json())["status"] == "audit trail not writable"
     assert (

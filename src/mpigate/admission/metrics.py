@@ -64,7 +64,7 @@ class Metrics:
             registry=r,
         )
         self.audit_errors = Counter(
-            "mpigate_audit_write_errors",
+            "mpigate_admission_audit_failures",
             "Decisions whose audit record could not be written (answered with HTTP 500).",
             registry=r,
         )
