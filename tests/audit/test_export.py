@@ -217,5 +217,7 @@ def test_export_of_a_tampered_chain_exits_1(audit_dir, hmac_key_file):
 
 def test_export_to_an_unwritable_path_is_a_usage_error(audit_dir, tmp_path):
     target = tmp_path / "missing-dir" / "out.csv"
-    result = CliRunner().invoke(cli, ["audit", "export", str(audit_dir), "--format", "csv", "-o", str(target)])
+    result = CliRunner().invoke(
+        cli, ["audit", "export", str(audit_dir), "--format", "csv", "-o", str(target)]
+    )
     assert result.exit_code == 2 and "cannot write" in result.output and not target.exists()
