@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mpigate-installed
 # Debian packages the tests and the demo use (OpenMPI for the real MPI tests, Chromium for the
 # report rendering test, git for revisions). Installed only when missing.
-DEB_PACKAGES ?= git
+DEB_PACKAGES ?= git openmpi-bin libopenmpi-dev iproute2
 PYTEST_ARGS ?=
 
 .PHONY: all demo test lint format docs lock system-deps venv clean help
@@ -56,6 +56,7 @@ format: venv
 
 docs: venv
 	$(BIN)/python -m mpigate.config.reference > docs/config-reference.md
+	$(BIN)/python scripts/gen_policy_docs.py
 
 demo: system-deps venv
 	@PATH="$(abspath $(BIN)):$$PATH" bash scripts/demo.sh

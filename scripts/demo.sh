@@ -3,12 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+n=0
+step() { n=$((n + 1)); printf '\n\033[1m== %d. %s\033[0m\n' "$n" "$*"; }
 
-step "1. Check the example org's config tree (policies/ quotas/ rbac/ networkpolicies/)"
+step "Check the example org's config tree (policies/ quotas/ rbac/ networkpolicies/)"
 mpigate check .
 
-step "2. The teams it defines"
+step "The teams it defines"
 mpigate check . -o json | python3 -c '
 import json, sys
 data = json.load(sys.stdin)
@@ -17,10 +18,50 @@ print("files:   ", len(data["files"]), "config files,", data["documents"], "docu
 print("teams:   ", ", ".join(data["teams"]))
 '
 
-step "3. What an admin sees when a pull request breaks the config"
+step "What an admin sees when a pull request breaks the config"
 rm -rf build/demo-broken && mkdir -p build && mpigate init build/demo-broken --example >/dev/null
 sed -i 's/nominal: 16/nominal: "16"/; s/maxNodesPerJob: 4/maxNodesPerJb: 4/' build/demo-broken/quotas/nlp-team.yaml
 sed -i 's/team: cv-team/team: cv-teem/' build/demo-broken/rbac/cv-team.yaml
 sed -i 's/namespaces: \[research\]/namespaces: [research, nlp-team]/' build/demo-broken/quotas/research-team.yaml
 if mpigate check build/demo-broken; then echo "unexpected: the broken tree passed"; exit 1; fi
 echo "(exit status 1: the pull request's CI job fails with every problem listed)"
+
+step "Run the org's policy test suites (what CI runs on every pull request)"
+mpigate test .
+
+step "What the admission webhook answers for an allowed job (with the mutation it adds)"
+mpigate explain examples/trainjobs/minimal.yaml
+
+step "... and for a denied one"
+if mpigate explain examples/trainjobs/deny-over-quota.yaml; then echo "unexpected: the job was allowed"; exit 1; fi
+echo "(exit status 1: denied, with the numbers and the fix)"
+
+step "The pinned-ports profile with real OpenMPI: preflight under mpirun, every TCP port observed"
+mpigate preflight --local -np 4 --profile pinned-ports --config .
+
+step "The same job without the pinned environment (what the NetworkPolicy would block)"
+if mpigate preflight --local -np 4 --unpinned --config . -o json >build/demo-unpinned.json; then
+  echo "unexpected: the unpinned run stayed inside the pinned ranges"; exit 1
+fi
+python3 -c '
+import json
+run = json.load(open("build/demo-unpinned.json"))
+outside = run["ports"]["violations"]
+listeners = sorted({(v["process"], v["family"], v["local"]) for v in outside if v["kind"] == "listener"})
+verdict = run["preflight"]["verdict"]
+print(f"preflight verdict {verdict}, but {len(outside)} sockets outside the pinned ranges, e.g.:")
+for process, family, local in listeners[:6]:
+    print(f"  {process:7} {family} LISTEN {local}")
+'
+
+step "6. Render the example org into manifests for Argo CD / Flux (build/deploy/)"
+mkdir -p build
+mpigate render . -o build/deploy
+echo "(per directory: the objects written, by kind; kustomization.yaml at each level)"
+
+step "7. What a quota change would do in the cluster (mpigate diff, as in a pull request)"
+rm -rf build/demo-diff && mpigate init build/demo-diff --example >/dev/null
+mpigate render build/demo-diff -o build/demo-diff-deploy >/dev/null
+sed -i 's/nominal: 16/nominal: 20/' build/demo-diff/quotas/nlp-team.yaml
+if mpigate diff build/demo-diff --against build/demo-diff-deploy; then echo "unexpected: no change"; exit 1; fi
+echo "(exit status 1: the render would change these objects)"

@@ -52,6 +52,9 @@ def test_wheel_contents(wheel: Path) -> None:
         "mpigate/_data/templates/scaffold/org/policies/org.yaml.j2",
         "mpigate/_data/templates/scaffold/team/quotas.yaml.j2",
         "mpigate/_data/webhooks/README.md",
+        "mpigate/_data/webhooks/base/webhookconfigurations.yaml",
+        "mpigate/_data/templates/team/quota.yaml.j2",
+        "mpigate/_data/templates/cluster/clusterqueues.yaml.j2",
         "mpigate/_data/examples/trainjobs/llm-finetune.yaml",
         "mpigate/config/schemas/TeamQuota.yaml",
         "mpigate/config/defaults/personas.yaml",
@@ -95,6 +98,7 @@ def test_installed_wheel_scaffolds_without_the_repository(wheel: Path, tmp_path:
         ["init", "example", "--example"],
         ["check", "org"],
         ["check", "example"],
+        ["render", "example", "-o", "deploy"],
     ):
         run = subprocess.run(
             [sys.executable, "-m", "mpigate", *args],
@@ -106,3 +110,4 @@ def test_installed_wheel_scaffolds_without_the_repository(wheel: Path, tmp_path:
         )
         assert run.returncode == 0, (args, run.stdout, run.stderr)
     assert (workdir / "example" / "quotas" / "cv-team.yaml").is_file()
+    assert (workdir / "deploy" / "teams" / "cv-team" / "quota.yaml").is_file()

@@ -12,6 +12,9 @@ from mpigate import __version__
 
 from .audit_commands import audit_group
 from .config_commands import check_command, init_command, schema_command
+from .engine_commands import explain_command, test_command
+from .preflight_commands import preflight_command
+from .render_commands import diff_command, render_command
 
 __all__ = ["cli", "main"]
 
@@ -39,6 +42,11 @@ cli.add_command(check_command)
 cli.add_command(init_command)
 cli.add_command(schema_command)
 cli.add_command(audit_group)
+cli.add_command(render_command)
+cli.add_command(diff_command)
+cli.add_command(preflight_command)
+cli.add_command(explain_command)
+cli.add_command(test_command)
 
 
 def main() -> None:

@@ -162,6 +162,7 @@ def _team(entry: Entry) -> Team:
         memory_value=parse_quantity(memory) if memory is not None else None,
         pods=spec.get("pods"),
         max_concurrent_jobs=spec["maxConcurrentJobs"],
+        max_stored_jobs=spec.get("maxStoredJobs", 4 * spec["maxConcurrentJobs"]),
         max_nodes_per_job=spec["maxNodesPerJob"],
         queues=tuple(spec.get("queues") or (name,)),
         priority_classes=tuple(spec["priorityClasses"]),

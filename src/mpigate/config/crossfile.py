@@ -310,6 +310,15 @@ def cross_file_problems(
                     "value.no-cohort",
                     "set spec.cohort or drop borrowingLimit/lendingLimit",
                 )
+        if spec.get("maxStoredJobs", spec["maxConcurrentJobs"]) < spec["maxConcurrentJobs"]:
+            c.error(
+                entry,
+                ["spec", "maxStoredJobs"],
+                f"maxStoredJobs {spec['maxStoredJobs']} is below "
+                f"maxConcurrentJobs {spec['maxConcurrentJobs']}",
+                "value.stored-jobs",
+                "finished TrainJobs count against maxStoredJobs until deleted; make it larger",
+            )
         for i, pc in enumerate(spec["priorityClasses"]):
             if org and pc not in priority_classes:
                 c.error(

@@ -218,6 +218,7 @@ class Team:
     memory_value: Fraction | None
     pods: int | None
     max_concurrent_jobs: int
+    max_stored_jobs: int
     max_nodes_per_job: int
     queues: tuple[str, ...]
     priority_classes: tuple[str, ...]
@@ -278,15 +279,35 @@ class NetworkProfile:
 
     @property
     def openmpi_env(self) -> tuple[tuple[str, str], ...]:
-        """The OpenMPI MCA environment that confines its TCP traffic (pinned-ports only)."""
+        """The OpenMPI MCA environment that confines its TCP traffic (pinned-ports only).
+
+        Verified with real OpenMPI 4.1 under mpirun while observing every TCP socket of the job
+        (tests/preflight/test_mpi_ports.py, docs/networking.md). OpenMPI opens an IPv6 listener for
+        the TCP BTL and for the OOB whenever it is built with IPv6 support, whatever
+        ``*_disable_family`` says (those only stop it from advertising and using IPv6 addresses),
+        so the IPv6 listeners are pinned into the same ranges as the IPv4 ones.
+        """
         if self.mode != "pinned-ports":
             return ()
+        btl_min, btl_range = str(self.btl_port_min), str(self.btl_port_range)
+        oob_ports = f"{self.oob_port_min}-{self.oob_port_max}"
         return (
-            ("OMPI_MCA_btl_tcp_port_min_v4", str(self.btl_port_min)),
-            ("OMPI_MCA_btl_tcp_port_range_v4", str(self.btl_port_range)),
-            ("OMPI_MCA_oob_tcp_static_ipv4_ports", f"{self.oob_port_min}-{self.oob_port_max}"),
+            ("OMPI_MCA_btl_tcp_port_min_v4", btl_min),
+            ("OMPI_MCA_btl_tcp_port_range_v4", btl_range),
+            ("OMPI_MCA_btl_tcp_port_min_v6", btl_min),
+            ("OMPI_MCA_btl_tcp_port_range_v6", btl_range),
             ("OMPI_MCA_btl_tcp_disable_family", "6"),
-            ("OMPI_MCA_oob_tcp_disable_family", "IPv6"),
+            ("OMPI_MCA_oob_tcp_static_ipv4_ports", oob_ports),
+            ("OMPI_MCA_oob_tcp_static_ipv6_ports", oob_ports),
+            ("OMPI_MCA_oob_tcp_disable_ipv6_family", "1"),
+        )
+
+    def port_ranges(self) -> tuple[tuple[int, int], ...]:
+        """Inclusive TCP port ranges among a job's pods that ``pinned-ports`` opens: SSH, BTL, OOB."""
+        return (
+            (self.ssh_port, self.ssh_port),
+            (self.btl_port_min, self.btl_port_min + self.btl_port_range - 1),
+            (self.oob_port_min, self.oob_port_max),
         )
 
 

@@ -1,7 +1,12 @@
 """The rule catalogue's checks: pure evaluation of TrainJobs and runtimes into a ``Decision``.
 
-Contract types live in :mod:`mpigate.policy.decision`; the entry point is ``evaluate`` (added by
-the engine).
+>>> from mpigate.config import load
+>>> from mpigate.policy import AdmissionInput, evaluate
+>>> request = AdmissionInput("CREATE", "TrainJob", "nlp-team", "job", trainjob)  # doctest: +SKIP
+>>> decision = evaluate(load("."), request)  # doctest: +SKIP
+>>> decision.allowed, decision.rule_ids, decision.patch  # doctest: +SKIP
+
+Contract types live in :mod:`mpigate.policy.decision`; JSONPatch in :mod:`mpigate.policy.jsonpatch`.
 """
 
 from .decision import (
@@ -14,6 +19,8 @@ from .decision import (
     UserInfo,
     Violation,
 )
+from .engine import evaluate
+from .jsonpatch import JsonPatchError, apply_patch, diff
 
 __all__ = [
     "AdmissionInput",
@@ -21,7 +28,11 @@ __all__ = [
     "Decision",
     "Demand",
     "JobDemand",
+    "JsonPatchError",
     "LiveContext",
     "UserInfo",
     "Violation",
+    "apply_patch",
+    "diff",
+    "evaluate",
 ]

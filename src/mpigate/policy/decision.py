@@ -76,6 +76,9 @@ class LiveContext:
     ``gpus_in_use``: per flavor, GPUs reserved by admitted workloads of the team's ClusterQueue
     (Kueue ``status.flavorsReservation``). ``nominal``/``borrowing``: the ClusterQueue spec as
     live in the cluster (may lag Git). ``source`` names where it came from, for messages.
+    ``runtimes``: (Cluster)TrainingRuntime manifests read from the cluster, keyed by
+    ``(kind, namespace or None, name)``; used for runtimes approved as ``external`` whose manifest
+    is not in the config tree (the reviewed manifest in the tree always wins).
     """
 
     active_jobs: int | None = None
@@ -84,6 +87,7 @@ class LiveContext:
     borrowing: Mapping[str, int] | None = None
     source: str = "cluster"
     unavailable_reason: str | None = None
+    runtimes: Mapping[tuple[str, str | None, str], Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

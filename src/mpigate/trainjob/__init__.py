@@ -1,1 +1,48 @@
-"""The TrainJob domain: effective pod specs of each replicated job and demand arithmetic."""
+"""The TrainJob domain: effective pod specs of each replicated job and demand arithmetic.
+
+>>> from mpigate.trainjob import resolve
+>>> resolution = resolve(trainjob, runtime_manifest)   # doctest: +SKIP
+>>> [(job.name, job.pods) for job in resolution.jobs]  # doctest: +SKIP
+[('node', 1), ('launcher', 1)]
+"""
+
+from .demand import ContainerResources, PodResources, container_resources, format_quantity, pod_resources
+from .paths import MERGE_KEYS, Key, PathPart, format_path, get_path, keyed_path, parse_path
+from .resolve import (
+    ANCESTOR_LABEL,
+    MPIGATE_MANAGER,
+    EffectiveJob,
+    Layer,
+    MLPolicy,
+    Problem,
+    Resolution,
+    resolve,
+    resolve_runtime,
+)
+from .smp import copy_json, strategic_merge
+
+__all__ = [
+    "ANCESTOR_LABEL",
+    "MERGE_KEYS",
+    "MPIGATE_MANAGER",
+    "ContainerResources",
+    "EffectiveJob",
+    "Key",
+    "Layer",
+    "MLPolicy",
+    "PathPart",
+    "PodResources",
+    "Problem",
+    "Resolution",
+    "container_resources",
+    "copy_json",
+    "format_path",
+    "format_quantity",
+    "get_path",
+    "keyed_path",
+    "parse_path",
+    "pod_resources",
+    "resolve",
+    "resolve_runtime",
+    "strategic_merge",
+]

@@ -1,0 +1,37 @@
+"""The webhook server's HTTP surface, shared by the server, the install base (webhooks/) and the
+tests that keep them in line. Changing a value here is an API change for installed clusters."""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "DEFAULT_PORT",
+    "HEALTHZ_PATH",
+    "METRICS_PATH",
+    "MUTATE_PATH",
+    "READYZ_PATH",
+    "RESOURCES",
+    "VALIDATE_PATH",
+    "WEBHOOK_OPERATIONS",
+]
+
+MUTATE_PATH: Final = "/mutate"
+VALIDATE_PATH: Final = "/validate"
+HEALTHZ_PATH: Final = "/healthz"
+READYZ_PATH: Final = "/readyz"
+METRICS_PATH: Final = "/metrics"
+DEFAULT_PORT: Final = 8443
+
+# (apiGroup, version, resource, kind, namespaced) of every object the webhooks judge.
+RESOURCES: Final = (
+    ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", True),
+    ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes", "TrainingRuntime", True),
+    ("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime", False),
+)
+# Mutation happens on CREATE only (most of a TrainJob is immutable afterwards); validation sees
+# every operation so that UPDATE and DELETE are judged and audited.
+WEBHOOK_OPERATIONS: Final = {
+    "mutate": ("CREATE",),
+    "validate": ("CREATE", "UPDATE", "DELETE"),
+}

@@ -1,0 +1,305 @@
+"""``mpigate explain`` (what the webhook would answer) and ``mpigate test`` (PolicyTest suites)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from mpigate.config import Config, ConfigError, Document, load, parse_file
+from mpigate.policy import AdmissionInput, Decision, LiveContext, UserInfo, apply_patch, evaluate
+from mpigate.policy.engine import RUNTIME_KINDS
+from mpigate.policytest import junit_xml, parse_time, run_suites
+
+from ._output import OUTPUT_OPTION, dump, echo_problems
+
+__all__ = ["explain_command", "test_command"]
+
+_KINDS = frozenset({"TrainJob", *RUNTIME_KINDS})
+
+
+def _load_config(path: Path) -> Config:
+    try:
+        return load(path)
+    except ConfigError as exc:
+        echo_problems(exc.problems, err=True)
+        click.echo(
+            f"{path}: the config tree has {len(exc.errors)} error(s); run `mpigate check {path}`", err=True
+        )
+        sys.exit(2)
+
+
+def _documents(path: Path) -> list[Document]:
+    documents, problems = parse_file(str(path), display=str(path))
+    if problems:
+        echo_problems(problems, err=True)
+        sys.exit(2)
+    return documents
+
+
+def _parse_live(active_jobs: int | None, gpus: tuple[str, ...]) -> LiveContext | None:
+    if active_jobs is None and not gpus:
+        return None
+    in_use: dict[str, int] = {}
+    for item in gpus:
+        flavor, sep, count = item.partition("=")
+        if not sep or not count.isdigit():
+            raise click.BadParameter(
+                f"{item!r}: expected FLAVOR=COUNT (e.g. a100-eu=15)", param_hint="--gpus-in-use"
+            )
+        in_use[flavor] = int(count)
+    return LiveContext(active_jobs=active_jobs, gpus_in_use=in_use or None, source="the command line")
+
+
+@click.command("explain")
+@click.argument(
+    "files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False, exists=True)
+)
+@click.option(
+    "--config",
+    "config_path",
+    default=".",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="The config tree (or bundle) to judge with.",
+)
+@click.option("--user", default="explain", show_default=True, help="Username of the requester.")
+@click.option("--group", "groups", multiple=True, help="Group of the requester (repeatable).")
+@click.option(
+    "--operation", type=click.Choice(["CREATE", "UPDATE", "DELETE"]), default="CREATE", show_default=True
+)
+@click.option(
+    "--old",
+    "old_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="The stored object for UPDATE/DELETE (matched by kind, namespace and name).",
+)
+@click.option("--now", "now_text", help="Evaluation time, RFC 3339 (exception expiry). Default: now.")
+@click.option(
+    "--active-jobs", type=int, help="Simulated live context: active TrainJobs of the team (MPG-Q007)."
+)
+@click.option(
+    "--gpus-in-use",
+    "gpus_in_use",
+    multiple=True,
+    metavar="FLAVOR=N",
+    help="Simulated live context: GPUs in use per flavor (MPG-Q008), repeatable.",
+)
+@OUTPUT_OPTION
+def explain_command(
+    files: tuple[Path, ...],
+    config_path: Path,
+    user: str,
+    groups: tuple[str, ...],
+    operation: str,
+    old_file: Path | None,
+    now_text: str | None,
+    active_jobs: int | None,
+    gpus_in_use: tuple[str, ...],
+    output: str,
+) -> None:
+    """Show what the admission webhook would answer for TrainJobs and training runtimes.
+
+    Every violation with its path and fix, the warnings kubectl would print, and on CREATE the
+    mutation as a JSONPatch and as the resulting object. Multi-document files are fine.
+
+    \b
+    Examples:
+      mpigate explain examples/trainjobs/deny-over-quota.yaml
+      mpigate explain job.yaml --operation UPDATE --old stored.yaml -o json
+      mpigate explain job.yaml --active-jobs 5 --gpus-in-use a100-eu=15
+
+    Exit status: 0 every object allowed, 1 any object denied, 2 usage or config error.
+    """
+    config = _load_config(config_path)
+    try:
+        now = parse_time(now_text) if now_text else None
+    except ValueError:
+        raise click.BadParameter(f"{now_text!r} is not an RFC 3339 time", param_hint="--now") from None
+    live = _parse_live(active_jobs, gpus_in_use)
+    old_docs = [d for d in _documents(old_file) if isinstance(d.data, Mapping)] if old_file else []
+    results: list[dict[str, Any]] = []
+    denied = False
+    for path in files:
+        for document in _documents(path):
+            data = document.data
+            if not isinstance(data, Mapping) or data.get("kind") not in _KINDS:
+                kind = data.get("kind") if isinstance(data, Mapping) else type(data).__name__
+                click.echo(
+                    f"{document.file}:{document.line}: skipped {kind} (mpigate judges TrainJobs and "
+                    "runtimes)",
+                    err=True,
+                )
+                continue
+            meta: Mapping[str, Any] = data["metadata"] if isinstance(data.get("metadata"), Mapping) else {}
+            old = _match_old(old_docs, data)
+            if operation in ("UPDATE",) and old is None:
+                raise click.UsageError(
+                    f"{document.file}:{document.line}: UPDATE needs --old with the stored object"
+                )
+            request = AdmissionInput(
+                operation=operation,  # type: ignore[arg-type]
+                kind=str(data["kind"]),
+                namespace=meta.get("namespace") if isinstance(meta.get("namespace"), str) else None,
+                name=str(meta.get("name", "")),
+                obj=None if operation == "DELETE" else data,
+                old_obj=old if old is not None else (data if operation == "DELETE" else None),
+                user=UserInfo(user, groups),
+            )
+            decision = evaluate(config, request, live, now)
+            denied = denied or not decision.allowed
+            mutated = apply_patch(data, decision.patch) if decision.patch else None
+            results.append({"document": document, "decision": decision, "mutated": mutated})
+    if output == "text":
+        for item in results:
+            _print_text(item["document"], item["decision"], item["mutated"])
+    else:
+        payload = [
+            {
+                "file": r["document"].file,
+                "line": r["document"].line,
+                "decision": r["decision"].to_dict(),
+                "mutated": r["mutated"],
+            }
+            for r in results
+        ]
+        click.echo(dump(payload, output), nl=False)
+    sys.exit(1 if denied else 0)
+
+
+def _match_old(old_docs: list[Document], data: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def key(obj: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+        meta: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
+        return obj.get("kind"), meta.get("namespace"), meta.get("name")
+
+    for doc in old_docs:
+        if key(doc.data) == key(data):
+            return doc.data  # type: ignore[no-any-return]
+    return old_docs[0].data if len(old_docs) == 1 else None
+
+
+def _print_text(document: Document, decision: Decision, mutated: Any) -> None:
+    where = f"{decision.namespace}/{decision.name}" if decision.namespace else decision.name
+    verdict = {"denied": "DENIED", "allowed-with-warnings": "ALLOWED with warnings", "allowed": "ALLOWED"}[
+        decision.outcome
+    ]
+    color = {"denied": "red", "allowed-with-warnings": "yellow", "allowed": "green"}[decision.outcome]
+    team = f"team {decision.team}" if decision.team else "no team"
+    click.secho(f"{decision.kind} {where} ({document.file}:{document.line}): {verdict}", fg=color, bold=True)
+    click.echo(f"  {decision.operation}, {team}, config revision {decision.revision}")
+    demand = decision.demand
+    if demand is not None:
+        jobs = ", ".join(
+            f"{j.name} {j.pods}"
+            + (f" × {'+'.join(f'{n} {r}' for r, n in j.gpus_per_pod.items())}" if j.gpus_per_pod else "")
+            for j in demand.jobs
+        )
+        extra = "".join(f", {v} {k}" for k, v in (("CPU", demand.cpu), ("memory", demand.memory)) if v)
+        gpus = ", ".join(f"{n} {r}" for r, n in demand.gpus.items()) or "no GPUs"
+        click.echo(f"  demand: {demand.pods} pods ({jobs}), {gpus}{extra}, region {demand.region or '-'}")
+    for v in decision.violations:
+        state = f"waived by {v.waived_by}" if v.waived_by else v.mode
+        click.secho(f"  [{v.rule}] ({state}) {v.path}", fg="red" if v.denies else "yellow")
+        click.echo(f"      {v.message}")
+        if v.fix:
+            click.echo(f"      fix: {v.fix}")
+    for e in decision.exceptions:
+        click.echo(
+            f"  exception {e.name}: {', '.join(e.rules)} until {e.expires} (approver {e.approver}, "
+            f"ticket {e.ticket})"
+        )
+    if decision.warnings:
+        click.echo("  warnings (kubectl prints these):")
+        for w in decision.warnings:
+            click.echo(f"    Warning: {w}")
+    if decision.patch:
+        click.echo("  patch (JSONPatch):")
+        for line in yaml.safe_dump(
+            [dict(p) for p in decision.patch], sort_keys=False, width=110
+        ).splitlines():
+            click.echo(f"    {line}")
+        click.echo("  mutated object:")
+        for line in yaml.safe_dump(mutated, sort_keys=False, width=110).splitlines():
+            click.echo(f"    {line}")
+    click.echo()
+
+
+@click.command("test")
+@click.argument("path", default=".", type=click.Path(path_type=Path, exists=True))
+@click.option(
+    "--junit",
+    "junit_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write JUnit XML to this file (for CI).",
+)
+@OUTPUT_OPTION
+def test_command(path: Path, junit_file: Path | None, output: str) -> None:
+    """Run the PolicyTest suites of a config tree (policies/tests/*.yaml by convention).
+
+    Each case is evaluated exactly as the webhook would and compared with its `expect`.
+
+    \b
+    Example:
+      $ mpigate test .
+      policies/tests/quota.yaml (nlp-team-quota)
+        PASS over quota is denied
+        FAIL defaults are injected (policies/tests/quota.yaml:18:7)
+             patched: /metadata/labels/kueue.x-k8s.io~1queue-name is 'x', expected 'nlp-team'
+      1 of 2 cases failed
+
+    Exit status: 0 all cases pass, 1 any case fails, 2 config error.
+    """
+    config = _load_config(path)
+    started = dt.datetime.now(dt.UTC)
+    results = run_suites(config)
+    elapsed = (dt.datetime.now(dt.UTC) - started).total_seconds()
+    total = sum(len(s.cases) for s in results)
+    failed = sum(s.failed for s in results)
+    if junit_file is not None:
+        junit_file.write_text(junit_xml(results), encoding="utf-8")
+    if output != "text":
+        data = {
+            "ok": failed == 0,
+            "cases": total,
+            "failed": failed,
+            "suites": [
+                {
+                    "name": s.name,
+                    "file": s.file,
+                    "cases": [
+                        {
+                            "name": c.name,
+                            "location": c.location,
+                            "passed": c.passed,
+                            "differences": list(c.differences),
+                            "error": c.error,
+                            "decision": c.decision.outcome if c.decision else None,
+                            "rules": list(c.decision.rule_ids) if c.decision else [],
+                        }
+                        for c in s.cases
+                    ],
+                }
+                for s in results
+            ],
+        }
+        click.echo(dump(data, output), nl=False)
+    else:
+        for suite in results:
+            click.echo(f"{suite.file} ({suite.name})")
+            for case in suite.cases:
+                if case.passed:
+                    click.secho(f"  PASS {case.name}", fg="green")
+                    continue
+                click.secho(f"  FAIL {case.name} ({case.location})", fg="red")
+                for line in [case.error] if case.error else list(case.differences):
+                    click.echo(f"       {line}")
+        if not results:
+            click.echo(f"{path}: no PolicyTest suites found (put them in policies/tests/)")
+        summary = f"{failed} of {total} cases failed" if failed else f"all {total} cases passed"
+        click.echo(f"{summary} in {len(results)} suites ({elapsed:.2f}s)", err=bool(failed))
+    sys.exit(1 if failed else 0)

@@ -1,0 +1,116 @@
+"""Everything a rule check needs about one request, computed once.
+
+Rules receive a :class:`JobContext` (TrainJobs) or a :class:`RuntimeContext` (runtimes); they read
+the object through the tolerant accessors here, so that a field of the wrong type reads as absent
+instead of raising.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mpigate.config import Config
+from mpigate.config.model import DataClassification, NetworkProfile, Region, Team
+from mpigate.trainjob import Resolution
+
+from .decision import LiveContext, Operation
+
+__all__ = [
+    "CLASSIFICATION_LABEL",
+    "PRIORITY_LABEL",
+    "QUEUE_LABEL",
+    "TEAM_LABEL",
+    "JobContext",
+    "RuntimeContext",
+    "as_int",
+    "as_list",
+    "as_mapping",
+    "as_str",
+    "labels_of",
+]
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+CLASSIFICATION_LABEL = "mpigate.io/data-classification"
+TEAM_LABEL = "mpigate.io/team"
+
+
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    """String labels of an object (non-string values are ignored)."""
+    labels = as_mapping(as_mapping(obj.get("metadata")).get("labels"))
+    return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """A TrainJob under evaluation (the mutated object on CREATE)."""
+
+    config: Config
+    operation: Operation
+    obj: Mapping[str, Any]
+    namespace: str
+    name: str
+    team: Team | None
+    labels: Mapping[str, str]
+    runtime_kind: str
+    runtime_name: str
+    runtime_known: bool
+    resolution: Resolution | None
+    classification: DataClassification | None
+    region: Region | None
+    profile: NetworkProfile | None
+    gpu_resources: frozenset[str]
+    require_digest: bool
+    require_digest_reason: str
+    live: LiveContext | None
+
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        return as_mapping(self.obj.get("spec"))
+
+    @property
+    def trainer(self) -> Mapping[str, Any]:
+        return as_mapping(self.spec.get("trainer"))
+
+    @property
+    def team_name(self) -> str:
+        return self.team.name if self.team else ""
+
+    @property
+    def team_file(self) -> str:
+        return self.team.source.file if self.team else "quotas/"
+
+    @property
+    def contact(self) -> str:
+        return self.team.contact if self.team and self.team.contact else "the platform team"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeContext:
+    """A (Cluster)TrainingRuntime evaluated on its own."""
+
+    config: Config
+    operation: Operation
+    obj: Mapping[str, Any]
+    kind: str
+    namespace: str | None
+    name: str
+    resolution: Resolution

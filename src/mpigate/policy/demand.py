@@ -1,0 +1,79 @@
+"""A TrainJob's :class:`~mpigate.policy.decision.Demand` from its effective pods."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from fractions import Fraction
+
+from mpigate.config import Config
+from mpigate.trainjob import Resolution, format_quantity, pod_resources
+from mpigate.trainjob.resolve import LAUNCHER, NODE
+
+from .decision import Demand, JobDemand
+
+__all__ = ["WELL_KNOWN_GPUS", "build_demand", "gpu_resources", "is_gpu"]
+
+# Device-plugin resources that are GPUs/accelerators even when no flavor names them.
+WELL_KNOWN_GPUS = frozenset(
+    {"nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe", "habana.ai/gaudi"}
+)
+
+
+def gpu_resources(config: Config) -> frozenset[str]:
+    """GPU resource names: those of the configured flavors plus well-known device plugins."""
+    return WELL_KNOWN_GPUS | {f.gpu_resource for f in config.flavors.values()}
+
+
+def is_gpu(resource: str, known: Collection[str]) -> bool:
+    return resource in known or resource.endswith("/gpu")
+
+
+def _whole(value: Fraction) -> int:
+    return math.ceil(value)
+
+
+def build_demand(resolution: Resolution, known_gpus: Collection[str], region: str | None) -> Demand:
+    """Pods, GPUs (by resource), CPU and memory per replicated job and in total."""
+    jobs: list[JobDemand] = []
+    total_gpus: dict[str, int] = {}
+    total_cpu = Fraction(0)
+    total_mem = Fraction(0)
+    have_cpu = have_mem = False
+    ml = resolution.ml_policy
+    for job in resolution.jobs:
+        requests = pod_resources(job).requests
+        gpus = {r: _whole(v) for r, v in requests.items() if is_gpu(r, known_gpus) and v > 0}
+        for resource, count in gpus.items():
+            total_gpus[resource] = total_gpus.get(resource, 0) + count * job.pods
+        cpu = requests.get("cpu")
+        mem = requests.get("memory")
+        if cpu is not None:
+            total_cpu += cpu * job.pods
+            have_cpu = True
+        if mem is not None:
+            total_mem += mem * job.pods
+            have_mem = True
+        hosts_ranks = (
+            ml is not None
+            and ml.mpi
+            and (job.name == NODE or (job.name == LAUNCHER and ml.run_launcher_as_node))
+        )
+        jobs.append(
+            JobDemand(
+                name=job.name,
+                pods=job.pods,
+                gpus_per_pod=gpus,
+                cpu_per_pod=format_quantity(cpu, "cpu"),
+                memory_per_pod=format_quantity(mem, "memory"),
+                slots_per_pod=resolution.slots if hosts_ranks else None,
+            )
+        )
+    return Demand(
+        pods=sum(j.pods for j in resolution.jobs),
+        gpus=dict(sorted(total_gpus.items())),
+        cpu=format_quantity(total_cpu, "cpu") if have_cpu else None,
+        memory=format_quantity(total_mem, "memory") if have_mem else None,
+        jobs=tuple(jobs),
+        region=region,
+    )

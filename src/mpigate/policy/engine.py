@@ -1,0 +1,602 @@
+"""The admission engine: one request in, one :class:`~mpigate.policy.decision.Decision` out.
+
+Pure and deterministic: no I/O, no clock unless ``now`` is omitted, no module state. The webhook,
+``mpigate explain``/``test`` and the reports all call :func:`evaluate`.
+
+CREATE of a TrainJob
+    mutations are computed first (:mod:`mpigate.policy.mutation`), returned as one JSONPatch,
+    and every rule then judges the *mutated* object, on its effective pods.
+UPDATE of a TrainJob
+    Most of a TrainJob is immutable after CREATE and Trainer refuses ``runtimePatches`` changes
+    unless the job is suspended; Kueue updates labels and its own patch entry. So an UPDATE is
+    never mutated, MPG-LIFE-003 guards mpigate's patch entry and the queue label, and the other
+    rules report only violations the update *introduces* (a finding whose rule and path were not
+    already present on the old object). A label-only change by Kueue is therefore never denied for
+    a pre-existing condition (for example a quota lowered since the job was created), while a
+    suspended job whose patches gain a privileged container is. MPG-Q007/Q008 run on CREATE only.
+DELETE / CONNECT
+    always allowed, recorded as MPG-LIFE-004 in mode ``audit`` (who, what, when).
+Runtimes
+    ``ClusterTrainingRuntime``/``TrainingRuntime`` are judged on their own on CREATE/UPDATE:
+    Pod Security on each replicated job's pod template, images, credentials in env, MPI sanity,
+    and (MPG-RT-001) that an approved name carries the reviewed manifest. UPDATE again reports
+    only what the update introduces (Trainer's finalizer updates must not be denied).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from fractions import Fraction
+from typing import Any
+
+from mpigate.catalogue import all_rules
+from mpigate.config import Config, parse_quantity
+from mpigate.config.model import Team
+from mpigate.trainjob import Problem, Resolution, format_quantity, resolve, resolve_runtime
+from mpigate.trainjob.resolve import MPIGATE_MANAGER
+
+from .context import (
+    CLASSIFICATION_LABEL,
+    JobContext,
+    RuntimeContext,
+    as_int,
+    as_mapping,
+    as_str,
+    labels_of,
+)
+from .decision import (
+    AdmissionInput,
+    AppliedException,
+    Decision,
+    Demand,
+    JobDemand,
+    LiveContext,
+    Mode,
+    Operation,
+    Violation,
+)
+from .demand import build_demand, gpu_resources, is_gpu
+from .findings import Finding, short_warning
+from .jsonpatch import diff
+from .mutation import mutate
+from .rules.image import check_image_ref, check_images
+from .rules.lifecycle import check_lifecycle, check_update_guard
+from .rules.network import check_network
+from .rules.quota import check_quota
+from .rules.residency import check_residency
+from .rules.runtime import check_mpi_sanity, check_runtime_approval, check_runtime_drift
+from .rules.security import check_pod_security, check_secrets, check_service_accounts, credential_reason
+
+__all__ = ["RUNTIME_KINDS", "evaluate"]
+
+log = logging.getLogger(__name__)
+
+RUNTIME_KINDS = frozenset({"ClusterTrainingRuntime", "TrainingRuntime"})
+# Rule families whose violations also evidence the data classification's own controls.
+_CLASSIFICATION_FAMILIES = ("MPG-RES-", "MPG-NET-", "MPG-IMG-")
+
+
+def evaluate(
+    config: Config,
+    request: AdmissionInput,
+    live: LiveContext | None = None,
+    now: dt.datetime | None = None,
+) -> Decision:
+    """Judge one admission request (see the module docstring for what each operation does).
+
+    Never raises for any object: malformed fields become violations; an unexpected internal error
+    is logged and answered as a denial (fail closed) that says so.
+    """
+    moment = now or dt.datetime.now(dt.UTC)
+    try:
+        if request.kind == "TrainJob":
+            return _trainjob(config, request, live, moment)
+        if request.kind in RUNTIME_KINDS:
+            return _runtime(config, request, moment)
+        return Decision(
+            allowed=True,
+            operation=request.operation,
+            kind=request.kind,
+            namespace=request.namespace,
+            name=request.name,
+            team=None,
+            revision=config.revision,
+        )
+    except Exception:  # pragma: no cover - defensive: the fuzz tests keep this path unused
+        log.exception("internal error evaluating %s %s/%s", request.kind, request.namespace, request.name)
+        return Decision(
+            allowed=False,
+            operation=request.operation,
+            kind=request.kind,
+            namespace=request.namespace,
+            name=request.name,
+            team=None,
+            revision=config.revision,
+            message=f"mpigate could not evaluate {request.kind} {request.namespace}/{request.name}: "
+            "internal error "
+            "(logged); denied to fail closed",
+        )
+
+
+# -- TrainJobs -----------------------------------------------------------------------------------
+
+
+def _object(request: AdmissionInput) -> Mapping[str, Any]:
+    return request.obj if isinstance(request.obj, Mapping) else {}
+
+
+def _identity(request: AdmissionInput, obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = as_mapping(obj.get("metadata"))
+    namespace = request.namespace or as_str(meta.get("namespace")) or ""
+    name = request.name or as_str(meta.get("name")) or as_str(meta.get("generateName")) or ""
+    return namespace, name
+
+
+def _trainjob(
+    config: Config, request: AdmissionInput, live: LiveContext | None, now: dt.datetime
+) -> Decision:
+    obj = _object(request) if request.obj is not None else as_mapping(request.old_obj)
+    namespace, name = _identity(request, obj)
+    team = config.team_for_namespace(namespace) if namespace else None
+    if request.operation in ("DELETE", "CONNECT"):
+        return _audited(config, request, namespace, name, team)
+
+    findings: list[Finding] = []
+    # A namespace cannot change on UPDATE, so MPG-TEAM-001 is judged on CREATE only.
+    if team is None and config.org.unmanaged_namespaces == "deny" and request.operation == "CREATE":
+        shown = namespace or "(none)"
+        findings.append(
+            Finding(
+                "MPG-TEAM-001",
+                "metadata.namespace",
+                f"namespace {shown} belongs to no team; this org admits TrainJobs only in team namespaces "
+                "(managedNamespaces.unmanaged: deny).",
+                f"Create the TrainJob in your team's namespace, or ask the platform team to add {shown} "
+                "to a TeamQuota's spec.namespaces.",
+                f"namespace {shown} belongs to no team",
+            )
+        )
+
+    ctx0, manifest = _job_context(config, request.operation, obj, namespace, name, team, live, resolved=False)
+    patch: list[dict[str, Any]] = []
+    target: Mapping[str, Any] = obj
+    if request.operation == "CREATE":
+        base = resolve(obj, manifest, exclude_managers=frozenset({MPIGATE_MANAGER})) if manifest else None
+        mutated = mutate(dataclasses.replace(ctx0, resolution=base), obj, base)
+        patch = diff(obj, mutated)
+        target = mutated
+    ctx, _ = _job_context(config, request.operation, target, namespace, name, team, live, manifest=manifest)
+    demand = _demand(ctx)
+    findings.extend(_trainjob_findings(ctx, demand))
+
+    notes: list[str] = []
+    if request.operation == "UPDATE" and isinstance(request.old_obj, Mapping):
+        old = request.old_obj
+        old_ctx, _ = _job_context(config, "UPDATE", old, namespace, name, team, live, manifest=manifest)
+        before = {(f.rule, f.path) for f in _trainjob_findings(old_ctx, _demand(old_ctx))}
+        findings = [f for f in findings if (f.rule, f.path) not in before]
+        findings.extend(_guarded("MPG-LIFE-003", lambda: check_update_guard(ctx, old)))
+    if ctx.resolution is not None:
+        notes.extend(p.message for p in ctx.resolution.problems if p.advisory)
+    if ctx.resolution is None and ctx.runtime_known:
+        notes.append(f"runtime {ctx.runtime_name} is external: only spec.trainer was checked, not its pods")
+
+    exceptions = config.exceptions_for(team.name) if team else ()
+    return _decide(
+        config,
+        request,
+        namespace or None,
+        name,
+        team,
+        findings,
+        patch,
+        demand,
+        exceptions,
+        ctx.labels,
+        now,
+        classification_controls=ctx.classification.controls if ctx.classification else (),
+        notes=notes,
+    )
+
+
+def _job_context(
+    config: Config,
+    operation: Operation,
+    obj: Mapping[str, Any],
+    namespace: str,
+    name: str,
+    team: Team | None,
+    live: LiveContext | None,
+    *,
+    manifest: Mapping[str, Any] | None = None,
+    resolved: bool = True,
+) -> tuple[JobContext, Mapping[str, Any] | None]:
+    org = config.org
+    labels = labels_of(obj)
+    ref = as_mapping(as_mapping(obj.get("spec")).get("runtimeRef"))
+    kind = ref.get("kind", "ClusterTrainingRuntime")
+    runtime_name = as_str(ref.get("name")) or ""
+    kind_s = kind if isinstance(kind, str) else ""
+    in_tree = config.runtime(kind_s, runtime_name, namespace) if runtime_name and kind_s else None
+    if manifest is None:
+        if in_tree is not None:
+            manifest = in_tree.manifest
+        elif live is not None and live.runtimes is not None and runtime_name:
+            approval = org.runtime_approval(runtime_name, kind_s)
+            if approval is not None and approval.external:
+                manifest = live.runtimes.get(
+                    (kind_s, namespace if kind_s == "TrainingRuntime" else None, runtime_name)
+                )
+    classification = org.data_classifications.get(labels.get(CLASSIFICATION_LABEL, ""))
+    region = org.regions.get(team.region) if team else None
+    profile = None
+    if team is not None:
+        profile = config.network_profile_for(team.name)
+        if classification is not None and classification.network_profile:
+            profile = config.network_profiles.get(classification.network_profile, profile)
+    if classification is not None and classification.require_digest is not None:
+        require_digest = classification.require_digest
+        reason = f"data classified {classification.name}"
+    else:
+        require_digest = org.images.require_digest
+        reason = "the org"
+    ctx = JobContext(
+        config=config,
+        operation=operation,
+        obj=obj,
+        namespace=namespace,
+        name=name,
+        team=team,
+        labels=labels,
+        runtime_kind=kind_s,
+        runtime_name=runtime_name,
+        runtime_known=in_tree is not None
+        or (
+            bool(runtime_name)
+            and (a := org.runtime_approval(runtime_name, kind_s)) is not None
+            and a.external
+        ),
+        resolution=resolve(obj, manifest) if manifest is not None and resolved else None,
+        classification=classification,
+        region=region,
+        profile=profile,
+        gpu_resources=gpu_resources(config),
+        require_digest=require_digest,
+        require_digest_reason=reason,
+        live=live,
+    )
+    return ctx, manifest
+
+
+def _demand(ctx: JobContext) -> Demand | None:
+    region = ctx.region.name if ctx.region else None
+    if ctx.resolution is not None:
+        return build_demand(ctx.resolution, ctx.gpu_resources, region)
+    # Runtime unknown: numNodes × resourcesPerNode is a lower bound for every MPI or torch runtime.
+    resources = as_mapping(ctx.trainer.get("resourcesPerNode"))
+    if not resources:
+        return None
+    nodes = as_int(ctx.trainer.get("numNodes")) or 1
+    per_pod: dict[str, Fraction] = {}
+    for section in ("limits", "requests"):
+        for key, value in as_mapping(resources.get(section)).items():
+            try:
+                per_pod[str(key)] = parse_quantity(value)
+            except (ValueError, TypeError, ZeroDivisionError, OverflowError):
+                continue
+    gpus = {r: int(-(-v // 1)) for r, v in per_pod.items() if is_gpu(r, ctx.gpu_resources) and v > 0}
+    cpu, mem = per_pod.get("cpu"), per_pod.get("memory")
+    return Demand(
+        pods=nodes,
+        gpus={r: g * nodes for r, g in sorted(gpus.items())},
+        cpu=format_quantity(cpu * nodes, "cpu") if cpu is not None else None,
+        memory=format_quantity(mem * nodes, "memory") if mem is not None else None,
+        jobs=(
+            JobDemand(
+                "trainer (estimated)",
+                nodes,
+                gpus,
+                format_quantity(cpu, "cpu"),
+                format_quantity(mem, "memory"),
+            ),
+        ),
+        region=region,
+    )
+
+
+def _guarded(rule: str, produce: Callable[[], Iterable[Finding]]) -> list[Finding]:
+    """Run one rule family; if it fails on a malformed object, fail closed under its first rule."""
+    try:
+        return list(produce())
+    except Exception as exc:  # pragma: no cover - defensive, see tests/policy/test_fuzz.py
+        log.exception("rule %s failed", rule)
+        return [
+            Finding(
+                rule,
+                "(object)",
+                f"could not be evaluated: the object is malformed ({type(exc).__name__}).",
+                "Check the object against the CRD schema (kubectl apply --dry-run=server).",
+                "object could not be evaluated",
+            )
+        ]
+
+
+# Resolution problems (wrong types, patches Trainer rejects) are reported under the rule that
+# needed the field.
+_PROBLEM_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("spec", "trainer", "numNodes"), "MPG-Q002"),
+    (("spec", "trainer", "numProcPerNode"), "MPG-Q004"),
+    (("spec", "trainer", "resourcesPerNode"), "MPG-Q003"),
+    (("spec", "trainer", "image"), "MPG-IMG-001"),
+    (("spec", "trainer", "env"), "MPG-SEC-SECRETS"),
+    (("spec", "initializer"), "MPG-RES-003"),
+)
+
+
+def _problem_findings(problems: Iterable[Problem]) -> Iterator[Finding]:
+    for problem in problems:
+        if problem.advisory:
+            continue
+        rule = "MPG-RT-001"
+        if problem.malformed and not problem.in_runtime:
+            rule = next(
+                (r for prefix, r in _PROBLEM_RULES if problem.field[: len(prefix)] == prefix), "MPG-RT-001"
+            )
+        message = problem.message if problem.in_runtime else f"{problem.message}."
+        path = problem.path if not problem.in_runtime else problem.message.split(": ", 1)[0]
+        if problem.in_runtime:
+            message = problem.message.split(": ", 1)[-1]
+        fix = (
+            "Fix the field's type (see the Trainer CRD)."
+            if problem.malformed
+            else (
+                "Make the TrainJob fit its runtime: patch only jobs and containers it has, and "
+                "configure only the "
+                "initializers it runs."
+            )
+        )
+        yield Finding(
+            rule, path, message[0].upper() + message[1:] if message else message, fix, message[:100]
+        )
+
+
+def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
+    config = ctx.config
+    org = config.org
+    resolution = ctx.resolution
+    out: list[Finding] = []
+    ref = as_mapping(ctx.spec.get("runtimeRef"))
+    out += _guarded(
+        "MPG-RT-001",
+        lambda: check_runtime_approval(
+            config, ctx.team, ref, ctx.namespace, in_tree=resolution is not None or ctx.runtime_known
+        ),
+    )
+    out += _guarded("MPG-Q001", lambda: check_quota(ctx, demand))
+    out += _guarded("MPG-RES-001", lambda: check_residency(ctx))
+    out += _guarded("MPG-NET-001", lambda: check_network(ctx))
+    out += _guarded("MPG-LIFE-001", lambda: check_lifecycle(ctx))
+    if resolution is not None:
+        out += _guarded("MPG-RT-001", lambda: _problem_findings(resolution.problems))
+        out += _guarded(
+            "MPG-RT-002", lambda: check_mpi_sanity(config, resolution, f"runtime {resolution.runtime_name}: ")
+        )
+        out += _guarded("MPG-SEC-PRIVILEGED", lambda: check_pod_security(org.security, resolution.jobs))
+        if org.security.forbid_plaintext_secrets:
+            out += _guarded("MPG-SEC-SECRETS", lambda: check_secrets(resolution.jobs))
+        if ctx.team is not None:
+            team = ctx.team
+            out += _guarded(
+                "MPG-SA-001",
+                lambda: check_service_accounts(resolution, team.name, config.service_accounts_of(team.name)),
+            )
+        out += _guarded(
+            "MPG-IMG-001",
+            lambda: check_images(
+                org.images,
+                resolution.jobs,
+                require_digest=ctx.require_digest,
+                digest_reason=ctx.require_digest_reason,
+            ),
+        )
+    else:
+        out += _guarded("MPG-IMG-001", lambda: _trainer_only(ctx))
+    return _dedupe(out)
+
+
+def _trainer_only(ctx: JobContext) -> Iterator[Finding]:
+    """Checks that need no runtime: the trainer image and env (runtime unknown or external)."""
+    org = ctx.config.org
+    image = ctx.trainer.get("image")
+    if image is not None:
+        yield from check_image_ref(
+            org.images,
+            image,
+            "spec.trainer.image",
+            require_digest=ctx.require_digest,
+            digest_reason=ctx.require_digest_reason,
+            patchable=True,
+        )
+    if org.security.forbid_plaintext_secrets:
+        for var in ctx.trainer.get("env") or [] if isinstance(ctx.trainer.get("env"), list) else []:
+            var = as_mapping(var)
+            name, value = as_str(var.get("name")), var.get("value")
+            if name and isinstance(value, str) and (reason := credential_reason(name, value)):
+                yield Finding(
+                    "MPG-SEC-SECRETS",
+                    f"spec.trainer.env[name={name}]",
+                    f"env {name} has a literal value that looks like a credential: {reason} "
+                    f"({len(value)} characters; the value is not shown).",
+                    "Store it in a Secret and reference it with valueFrom.secretKeyRef.",
+                    f"env {name} looks like a literal credential",
+                )
+
+
+def _dedupe(findings: Iterable[Finding]) -> list[Finding]:
+    seen: set[tuple[str, str, str]] = set()
+    out: list[Finding] = []
+    for f in findings:
+        if f.key not in seen:
+            seen.add(f.key)
+            out.append(f)
+    return out
+
+
+def _audited(
+    config: Config, request: AdmissionInput, namespace: str, name: str, team: Team | None
+) -> Decision:
+    who = request.user.username or "(unknown user)"
+    info = all_rules()["MPG-LIFE-004"]
+    violation = Violation(
+        rule="MPG-LIFE-004",
+        mode="audit",
+        path="metadata.name",
+        message=f"{request.operation} of {request.kind} "
+        f"{namespace + '/' if namespace else ''}{name} by {who}.",
+        controls=info.controls,
+    )
+    return Decision(
+        allowed=True,
+        operation=request.operation,
+        kind=request.kind,
+        namespace=namespace or None,
+        name=name,
+        team=team.name if team else None,
+        revision=config.revision,
+        violations=(violation,),
+    )
+
+
+# -- Runtimes ------------------------------------------------------------------------------------
+
+
+def _runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> Decision:
+    obj = _object(request) if request.obj is not None else as_mapping(request.old_obj)
+    namespace, name = _identity(request, obj)
+    namespace_opt = namespace if request.kind == "TrainingRuntime" else None
+    team = config.team_for_namespace(namespace) if namespace_opt else None
+    if request.operation in ("DELETE", "CONNECT"):
+        return _audited(config, request, namespace, name, team)
+    findings = _runtime_findings(config, request, obj, namespace_opt, name)
+    if request.operation == "UPDATE" and isinstance(request.old_obj, Mapping):
+        before = {
+            (f.rule, f.path) for f in _runtime_findings(config, request, request.old_obj, namespace_opt, name)
+        }
+        findings = [f for f in findings if (f.rule, f.path) not in before]
+    exceptions = config.exceptions_for(team.name) if team else ()
+    return _decide(
+        config, request, namespace or None, name, team, findings, [], None, exceptions, labels_of(obj), now
+    )
+
+
+def _runtime_findings(
+    config: Config, request: AdmissionInput, obj: Mapping[str, Any], namespace: str | None, name: str
+) -> list[Finding]:
+    org = config.org
+    resolution: Resolution = resolve_runtime(obj)
+    ctx = RuntimeContext(config, request.operation, obj, request.kind, namespace, name, resolution)
+    out: list[Finding] = []
+    out += _guarded("MPG-RT-001", lambda: check_runtime_drift(config, obj, ctx.kind, namespace, name))
+    out += _guarded("MPG-RT-001", lambda: _problem_findings(resolution.problems))
+    out += _guarded("MPG-RT-002", lambda: check_mpi_sanity(config, resolution, ""))
+    out += _guarded(
+        "MPG-SEC-PRIVILEGED", lambda: check_pod_security(org.security, resolution.jobs, pods_note=False)
+    )
+    if org.security.forbid_plaintext_secrets:
+        out += _guarded("MPG-SEC-SECRETS", lambda: check_secrets(resolution.jobs))
+    out += _guarded(
+        "MPG-IMG-001",
+        lambda: check_images(
+            org.images, resolution.jobs, require_digest=org.images.require_digest, digest_reason="the org"
+        ),
+    )
+    return _dedupe(out)
+
+
+# -- Verdict -------------------------------------------------------------------------------------
+
+
+def _decide(
+    config: Config,
+    request: AdmissionInput,
+    namespace: str | None,
+    name: str,
+    team: Team | None,
+    findings: list[Finding],
+    patch: list[dict[str, Any]],
+    demand: Demand | None,
+    exceptions: Iterable[Any],
+    labels: Mapping[str, str],
+    now: dt.datetime,
+    *,
+    classification_controls: tuple[str, ...] = (),
+    notes: Iterable[str] = (),
+) -> Decision:
+    rules = all_rules()
+    day = now.astimezone(dt.UTC).date() if now.tzinfo else now.date()
+    active = [e for e in exceptions if e.active_on(day) and e.matches(namespace or "", name, labels)]
+    applied: dict[str, AppliedException] = {}
+    violations: list[Violation] = []
+    warnings: list[str] = []
+    for finding in findings:
+        info = rules[finding.rule]
+        mode: Mode = config.org.enforcement.mode_for(finding.rule)
+        waiver = next((e for e in active if finding.rule in e.rule_ids), None)
+        controls = info.controls
+        if classification_controls and finding.rule.startswith(_CLASSIFICATION_FAMILIES):
+            controls = (*controls, *(c for c in classification_controls if c not in controls))
+        violations.append(
+            Violation(
+                rule=finding.rule,
+                mode=mode,
+                path=finding.path,
+                message=finding.message,
+                fix=finding.fix,
+                controls=controls,
+                waived_by=waiver.name if waiver else None,
+            )
+        )
+        if waiver is not None:
+            applied.setdefault(
+                waiver.name,
+                AppliedException(
+                    waiver.name,
+                    waiver.rules,
+                    waiver.approver,
+                    waiver.ticket,
+                    waiver.expires,
+                    waiver.justification,
+                ),
+            )
+            until = waiver.expires.isoformat()
+            text = f"waived by {waiver.name} until {until}: {finding.short or finding.message}"
+            warnings.append(short_warning(finding.rule, text))
+        elif mode == "warn":
+            warnings.append(short_warning(finding.rule, finding.short or finding.message))
+    warnings.extend(short_warning("mpigate", note)[len("[mpigate] ") :] for note in notes)
+    denying = [v for v in violations if v.denies]
+    message = ""
+    if denying:
+        where = f"{namespace}/{name}" if namespace else name
+        lines = [f"mpigate denied {request.kind} {where}:"]
+        for v in denying:
+            lines.append(f"  [{v.rule}] {v.path}: {v.message}{' ' + v.fix if v.fix else ''}")
+        message = "\n".join(lines)
+    return Decision(
+        allowed=not denying,
+        operation=request.operation,
+        kind=request.kind,
+        namespace=namespace,
+        name=name,
+        team=team.name if team else None,
+        revision=config.revision,
+        violations=tuple(violations),
+        warnings=tuple(dict.fromkeys(warnings)),
+        patch=tuple(patch),
+        exceptions=tuple(applied.values()),
+        demand=demand,
+        message=message,
+    )

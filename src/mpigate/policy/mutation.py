@@ -1,0 +1,176 @@
+"""What mpigate changes on CREATE, computed as a mutated copy of the TrainJob.
+
+* TrainJob labels: ``kueue.x-k8s.io/queue-name`` (the team's default LocalQueue) and
+  ``kueue.x-k8s.io/priority-class`` (the team's default) when absent (MPG-Q005, MPG-Q006);
+* ``spec.activeDeadlineSeconds``: the org's default runtime when absent (MPG-LIFE-001);
+* ``spec.trainer.image``: the configured mirror (MPG-IMG-001) — the only patchable image field;
+* ``spec.trainer.env``: the pinned OpenMPI port environment of the ``pinned-ports`` profile,
+  names that are missing only (MPG-NET-002);
+* mpigate's own ``runtimePatches`` entry (``manager: mpigate.io/admission``), appended — or
+  rebuilt in place when present — with, for every replicated job of the runtime, the region's
+  ``nodeSelector`` (MPG-RES-001), the pod label ``mpigate.io/team`` (MPG-NET-001) and, with
+  ``injectDefaults`` at ``restricted``, the security defaults a patch may set and the effective pod
+  lacks: pod ``runAsNonRoot``/``seccompProfile``, container and init container
+  ``allowPrivilegeEscalation: false`` and ``capabilities.drop: [ALL]`` (MPG-SEC-*). Nothing set
+  explicitly is weakened or overridden; privileged containers are left alone (the API server rejects
+  ``allowPrivilegeEscalation: false`` with ``privileged: true``).
+
+The entry is derived from the job *without* mpigate's entry, so evaluating the mutated object
+again yields the same entry and an empty patch. Other managers' entries are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mpigate.trainjob import Resolution, copy_json
+from mpigate.trainjob.resolve import MPIGATE_MANAGER
+
+from . import images
+from .context import PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL, JobContext, as_list, as_mapping, as_str
+from .rules.lifecycle import own_patch_entry
+
+__all__ = ["build_patch_entry", "mutate"]
+
+
+def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> dict[str, Any]:
+    """A mutated copy of ``obj``. ``ctx`` describes the job; ``base`` is its resolution without
+    mpigate's own runtime patch (``None`` when the runtime is unknown)."""
+    out: dict[str, Any] = copy_json(obj)
+    config = ctx.config
+    team = ctx.team
+    metadata = out.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = out["metadata"] = {}
+    spec = out.get("spec")
+    if not isinstance(spec, dict):
+        return out
+
+    if team is not None:
+        labels = metadata.get("labels")
+        if labels is None:
+            labels = {}
+        if isinstance(labels, dict):
+            if QUEUE_LABEL not in labels:
+                labels[QUEUE_LABEL] = team.default_queue
+            if PRIORITY_LABEL not in labels and team.default_priority_class:
+                labels[PRIORITY_LABEL] = team.default_priority_class
+            if labels:
+                metadata["labels"] = labels
+
+    default_runtime = config.org.lifecycle.default_runtime_seconds
+    if "activeDeadlineSeconds" not in spec and default_runtime:
+        spec["activeDeadlineSeconds"] = default_runtime
+
+    trainer = spec.get("trainer")
+    if isinstance(trainer, dict):
+        image = trainer.get("image")
+        mirrors = config.org.images.mirrors
+        if isinstance(image, str) and mirrors:
+            try:
+                ref = images.parse_image(image)
+            except images.ImageRefError:
+                ref = None
+            if ref is not None and images.registry_allowed(ref, config.org.images.allowed_registries) is None:
+                try:
+                    mirrored = images.mirror_image(ref, mirrors)
+                except images.ImageRefError:  # e.g. the mirrored name would exceed 255 characters
+                    mirrored = None
+                if mirrored is not None:
+                    trainer["image"] = str(mirrored)
+    profile = ctx.profile
+    if team is not None and profile is not None and profile.mode == "pinned-ports":
+        if trainer is None:
+            trainer = spec["trainer"] = {}
+        if isinstance(trainer, dict) and (trainer.get("env") is None or isinstance(trainer.get("env"), list)):
+            env = list(trainer.get("env") or [])
+            present = {as_str(as_mapping(v).get("name")) for v in env}
+            added = [{"name": n, "value": v} for n, v in profile.openmpi_env if n not in present]
+            if added:
+                trainer["env"] = env + added
+
+    if base is not None:
+        entry = build_patch_entry(ctx, base)
+        patches = spec.get("runtimePatches")
+        if patches is None or isinstance(patches, list):
+            items = list(patches or [])
+            existing = own_patch_entry(out)
+            if existing is not None:
+                if entry is None:
+                    del items[existing[0]]
+                else:
+                    items[existing[0]] = entry
+            elif entry is not None:
+                items.append(entry)
+            if items or patches is not None:
+                spec["runtimePatches"] = items
+    return out
+
+
+def build_patch_entry(ctx: JobContext, base: Resolution) -> dict[str, Any] | None:
+    """mpigate's ``runtimePatches`` entry for the job resolved without it (``None`` when empty)."""
+    security = ctx.config.org.security
+    inject = security.inject_defaults and security.level == "restricted"
+    region = ctx.region
+    jobs: list[dict[str, Any]] = []
+    for job in base.jobs:
+        pod_meta: dict[str, Any] = {}
+        pod_spec: dict[str, Any] = {}
+        if ctx.team is not None:
+            pod_meta["labels"] = {TEAM_LABEL: ctx.team.name}
+            if region is not None and region.node_labels:
+                pod_spec["nodeSelector"] = dict(sorted(region.node_labels.items()))
+        if inject:
+            _security_defaults(job.spec, pod_spec)
+        if not pod_meta and not pod_spec:
+            continue
+        template: dict[str, Any] = {}
+        if pod_meta:
+            template["metadata"] = pod_meta
+        if pod_spec:
+            template["spec"] = pod_spec
+        jobs.append({"name": job.name, "template": {"spec": {"template": template}}})
+    if not jobs:
+        return None
+    return {
+        "manager": MPIGATE_MANAGER,
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}},
+    }
+
+
+def _security_defaults(effective: Mapping[str, Any], pod_spec: dict[str, Any]) -> None:
+    pod_sc = effective.get("securityContext")
+    pod_sc = pod_sc if isinstance(pod_sc, Mapping) else {}
+    sc: dict[str, Any] = {}
+    if "runAsNonRoot" not in pod_sc:
+        sc["runAsNonRoot"] = True
+    if "seccompProfile" not in pod_sc:
+        sc["seccompProfile"] = {"type": "RuntimeDefault"}
+    if sc and isinstance(effective.get("securityContext", {}), Mapping):
+        pod_spec["securityContext"] = sc
+    for list_field in ("initContainers", "containers"):
+        patched: list[dict[str, Any]] = []
+        for container in as_list(effective.get(list_field)):
+            if not isinstance(container, Mapping) or not isinstance(container.get("name"), str):
+                continue
+            csc = container.get("securityContext")
+            if csc is not None and not isinstance(csc, Mapping):
+                continue
+            csc = csc or {}
+            if csc.get("privileged") is True:
+                continue
+            add: dict[str, Any] = {}
+            if "allowPrivilegeEscalation" not in csc:
+                add["allowPrivilegeEscalation"] = False
+            caps = csc.get("capabilities")
+            if caps is None or isinstance(caps, Mapping):
+                drop = as_mapping(caps).get("drop")
+                if drop is None or (isinstance(drop, list) and "ALL" not in drop):
+                    # capabilities.drop is replaced by a strategic merge: keep what was dropped.
+                    kept = [d for d in as_list(drop) if d != "ALL"]
+                    add["capabilities"] = {"drop": ["ALL", *kept]}
+            if add:
+                patched.append({"name": container["name"], "securityContext": add})
+        if patched:
+            pod_spec[list_field] = patched

@@ -1,0 +1,127 @@
+"""MPG-IMG-001 (allowed registries) and MPG-IMG-002 (tags and digests) on every image of every
+effective pod: trainer, runtime, initializers, init and ephemeral containers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from mpigate.config.model import ImagePolicy
+from mpigate.policy import images
+from mpigate.policy.findings import Finding
+from mpigate.trainjob import EffectiveJob
+
+__all__ = ["check_image_ref", "check_images"]
+
+
+def check_images(
+    policy: ImagePolicy, jobs: tuple[EffectiveJob, ...], *, require_digest: bool, digest_reason: str
+) -> Iterator[Finding]:
+    seen: set[str] = set()
+    parsed: dict[str, images.ImageRef | images.ImageRefError] = {}
+    for job in jobs:
+        for list_field, index, container in job.containers():
+            image = container.get("image")
+            path = job.origin(("spec", list_field, index, "image"))
+            if path in seen:
+                continue
+            seen.add(path)
+            if image is None and list_field != "ephemeralContainers":
+                continue
+            patchable = path.startswith("spec.trainer")
+            yield from check_image_ref(
+                policy,
+                image,
+                path,
+                require_digest=require_digest,
+                digest_reason=digest_reason,
+                patchable=patchable,
+                parsed=parsed,
+            )
+
+
+def check_image_ref(
+    policy: ImagePolicy,
+    image: object,
+    path: str,
+    *,
+    require_digest: bool,
+    digest_reason: str,
+    patchable: bool = False,
+    parsed: dict[str, images.ImageRef | images.ImageRefError] | None = None,
+) -> Iterator[Finding]:
+    """Both image rules for one reference (``parsed`` memoises parsing across the pods of a job)."""
+    allowed = policy.allowed_registries
+    if not isinstance(image, str):
+        yield Finding(
+            "MPG-IMG-001",
+            path,
+            f"image must be a string reference, got {type(image).__name__}.",
+            "Write the image as registry/repository:tag.",
+            "image is not a string",
+        )
+        return
+    cached = parsed.get(image) if parsed is not None else None
+    try:
+        if cached is None:
+            try:
+                cached = images.parse_image(image)
+            except images.ImageRefError as error:
+                cached = error
+            if parsed is not None:
+                parsed[image] = cached
+        if isinstance(cached, images.ImageRefError):
+            raise cached
+        ref = cached
+    except images.ImageRefError as exc:
+        yield Finding(
+            "MPG-IMG-001",
+            path,
+            f"{image!r} is not a valid image reference: {exc}.",
+            "Write the image as registry/repository:tag (e.g. registry.acme.internal/team/app:1.2.3).",
+            "invalid image reference",
+        )
+        return
+    if allowed and images.registry_allowed(ref, allowed) is None:
+        try:
+            mirrored = images.mirror_image(ref, policy.mirrors) if policy.mirrors else None
+        except images.ImageRefError:  # the mirrored name would be invalid: no mirror applies
+            mirrored = None
+        if mirrored is not None and not patchable:
+            hint = (
+                " A mirror exists "
+                f"({mirrored.original if mirrored.original != image else mirrored.name}), but "
+                "this field cannot be patched by mpigate."
+            )
+        else:
+            hint = ""
+        fix = (
+            f"Push the image to an allowed registry and reference it there (e.g. {allowed[0]}/"
+            f"{ref.repository.rsplit('/', 1)[-1]}:<tag>)."
+            if patchable
+            else f"Use a runtime whose images come from an allowed registry ({', '.join(allowed)})."
+        )
+        yield Finding(
+            "MPG-IMG-001",
+            path,
+            f"image {image} is pulled from {ref.registry}, which is not an allowed registry "
+            f"({', '.join(allowed)}).{hint}",
+            fix,
+            f"image from {ref.registry} is not from an allowed registry",
+        )
+    if policy.forbid_latest and ref.digest is None and ref.is_latest:
+        what = "has no tag (which means :latest)" if ref.tag is None else "uses the mutable :latest tag"
+        yield Finding(
+            "MPG-IMG-002",
+            path,
+            f"image {image} {what}; the job would not be reproducible and the image can change under it.",
+            f"Pin a version tag (e.g. {ref.name}:1.4.2) or a digest ({ref.name}@sha256:...).",
+            f"image {image} {what}",
+        )
+    elif require_digest and ref.digest is None:
+        yield Finding(
+            "MPG-IMG-002",
+            path,
+            f"image {image} has no digest, but {digest_reason} requires images by digest.",
+            f"Reference the image by digest: {ref.name}@sha256:<digest> (tag optional).",
+            f"image {image} needs a digest ({digest_reason})",
+        )

@@ -1,0 +1,291 @@
+"""MPG-RES-001..003: pods stay in the team's (or the data classification's) region, nothing points
+them elsewhere, and storage URIs are within the region's data locations."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from mpigate.policy.context import JobContext, as_list, as_mapping, as_str
+from mpigate.policy.findings import Finding
+from mpigate.trainjob import EffectiveJob, Layer
+from mpigate.trainjob.resolve import MPIGATE_MANAGER
+
+__all__ = ["STORAGE_SCHEMES", "check_residency", "redact_uri"]
+
+# URI schemes that name stored data (object stores, HDFS, model hubs, volumes). http(s) URLs are
+# endpoints rather than data locations and are not judged here.
+STORAGE_SCHEMES = frozenset(
+    {
+        "s3",
+        "s3a",
+        "s3n",
+        "gs",
+        "gcs",
+        "az",
+        "azure",
+        "abfs",
+        "abfss",
+        "wasb",
+        "wasbs",
+        "adl",
+        "hdfs",
+        "hf",
+        "pvc",
+        "oss",
+        "cos",
+        "obs",
+        "minio",
+        "r2",
+        "swift",
+        "nfs",
+        "webhdfs",
+        "ms",
+    }
+)
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
+
+
+def redact_uri(uri: str) -> str:
+    """The URI without credentials (``s3://key:secret@bucket`` → ``s3://***@bucket``)."""
+    return _USERINFO.sub(r"\1***@", uri)
+
+
+def _schemes(ctx: JobContext) -> frozenset[str]:
+    extra = {
+        m.group(1).lower()
+        for r in ctx.config.org.regions.values()
+        for loc in r.data_locations
+        if (m := _URI.match(loc))
+    }
+    return STORAGE_SCHEMES | extra
+
+
+def check_residency(ctx: JobContext) -> Iterator[Finding]:
+    team = ctx.team
+    if team is None:
+        return
+    classification = ctx.classification
+    if (
+        classification is not None
+        and classification.regions is not None
+        and team.region not in classification.regions
+    ):
+        yield Finding(
+            "MPG-RES-001",
+            'metadata.labels["mpigate.io/data-classification"]',
+            f"data classified {classification.name} must stay in {', '.join(classification.regions)}, but "
+            f"{team.name} runs in {team.region}.",
+            f"Run this job from a team in {' or '.join(classification.regions)}, or correct the "
+            "classification.",
+            f"{classification.name} data must stay in {', '.join(classification.regions)}; "
+            f"{team.name} is in {team.region}",
+        )
+        return
+    region = ctx.region
+    if region is None:
+        return
+    if ctx.resolution is not None:
+        # MPG-RES-001: every replicated job is pinned to the region (mpigate's patch does this on CREATE).
+        for job in ctx.resolution.jobs:
+            selector = as_mapping(job.spec.get("nodeSelector"))
+            for key, value in region.node_labels.items():
+                if selector.get(key) == value:
+                    continue
+                if _affinity_pins(job.spec, key, value):
+                    continue
+                yield Finding(
+                    "MPG-RES-001",
+                    job.origin(("spec", "nodeSelector", key)),
+                    f"pods of replicated job {job.name} are not pinned to region {region.name} "
+                    f"({key}={value}); they could be scheduled anywhere.",
+                    "Let mpigate add its runtime patch (create the TrainJob again), and do not override "
+                    f"nodeSelector {key}.",
+                    f"replicated job {job.name} is not pinned to region {region.name}",
+                )
+        # MPG-RES-002: nothing in the runtime or another manager's patch targets another region.
+        foreign, own_keys = _foreign_labels(ctx)
+        for job in ctx.resolution.jobs:
+            for layer in job.layers:
+                if layer.kind not in ("runtime", "patch") or layer.manager == MPIGATE_MANAGER:
+                    continue
+                yield from _foreign_in_layer(ctx, job, layer, foreign, own_keys)
+    yield from _uris(ctx)
+
+
+def _affinity_pins(spec: Mapping[str, Any], key: str, value: str) -> bool:
+    required = as_mapping(
+        as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity")).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    )
+    terms = as_list(required.get("nodeSelectorTerms"))
+    if not terms:
+        return False
+    for term in terms:
+        exprs = as_list(as_mapping(term).get("matchExpressions"))
+        if not any(
+            as_mapping(e).get("key") == key
+            and as_mapping(e).get("operator") == "In"
+            and as_list(as_mapping(e).get("values")) == [value]
+            for e in exprs
+        ):
+            return False
+    return True
+
+
+def _foreign_labels(ctx: JobContext) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
+    """Label pairs that identify nodes of other regions (region labels and other-region flavors),
+    and the region label keys with this region's value."""
+    region = ctx.region
+    assert region is not None
+    config = ctx.config
+    own_pairs = set(region.node_labels.items())
+    for flavor in config.flavors.values():
+        if flavor.region == region.name:
+            own_pairs |= set(flavor.node_labels.items())
+    foreign: dict[tuple[str, str], str] = {}
+    own_keys: dict[str, str] = {}
+    for other in config.org.regions.values():
+        for key, value in other.node_labels.items():
+            if other.name == region.name:
+                own_keys[key] = value
+            elif (key, value) not in own_pairs:
+                foreign[(key, value)] = f"region {other.name}"
+    for flavor in config.flavors.values():
+        if flavor.region != region.name:
+            for pair in flavor.node_labels.items():
+                if pair not in own_pairs:
+                    foreign.setdefault(pair, f"flavor {flavor.name} in region {flavor.region}")
+    return foreign, own_keys
+
+
+def _foreign_in_layer(
+    ctx: JobContext,
+    job: EffectiveJob,
+    layer: Layer,
+    foreign: dict[tuple[str, str], str],
+    own_keys: dict[str, str],
+) -> Iterator[Finding]:
+    region = ctx.region
+    assert region is not None
+    spec = as_mapping(layer.template.get("spec"))
+
+    def finding(path: tuple[Any, ...], what: str, target: str) -> Finding:
+        return Finding(
+            "MPG-RES-002",
+            layer.display(path),
+            f"{what} targets {target}, but {ctx.team_name}'s pods must stay in region {region.name} "
+            f"(replicated job {job.name}).",
+            "Remove it; mpigate pins the pods to the team's region itself.",
+            f"{what} targets {target}; pods must stay in {region.name}",
+        )
+
+    for key, value in as_mapping(spec.get("nodeSelector")).items():
+        value_s = str(value)
+        if (key, value_s) in foreign:
+            yield finding(
+                ("spec", "nodeSelector", key), f"nodeSelector {key}={value_s}", foreign[(key, value_s)]
+            )
+        elif key in own_keys and value_s != own_keys[key]:
+            yield finding(("spec", "nodeSelector", key), f"nodeSelector {key}={value_s}", "another region")
+    node_affinity = as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity"))
+    required = as_mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    terms: list[tuple[Any, ...]] = [
+        ("requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", i, t)
+        for i, t in enumerate(as_list(required.get("nodeSelectorTerms")))
+    ]
+    terms += [
+        ("preferredDuringSchedulingIgnoredDuringExecution", i, "preference", as_mapping(p).get("preference"))
+        for i, p in enumerate(as_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution")))
+    ]
+    for *prefix, term in terms:
+        for e_index, raw_expr in enumerate(as_list(as_mapping(term).get("matchExpressions"))):
+            expr = as_mapping(raw_expr)
+            expr_key = as_str(expr.get("key"))
+            values = [str(v) for v in as_list(expr.get("values"))]
+            operator = expr.get("operator")
+            if expr_key is None:
+                continue
+            key = expr_key
+            path = ("spec", "affinity", "nodeAffinity", *prefix, "matchExpressions", e_index)
+            if operator == "In":
+                for value in values:
+                    if (key, value) in foreign:
+                        yield finding(path, f"node affinity {key} In {value}", foreign[(key, value)])
+                    elif key in own_keys and value != own_keys[key]:
+                        yield finding(path, f"node affinity {key} In {value}", "another region")
+            elif operator == "NotIn" and key in own_keys and own_keys[key] in values:
+                yield finding(path, f"node affinity {key} NotIn {own_keys[key]}", "another region")
+    own_tolerations = [
+        dict(t) for f in ctx.config.flavors.values() if f.region == region.name for t in f.tolerations
+    ]
+    foreign_tolerations = {
+        (str(dict(t).get("key")), str(dict(t).get("value", ""))): f"flavor {f.name} in region {f.region}"
+        for f in ctx.config.flavors.values()
+        if f.region != region.name
+        for t in f.tolerations
+        if dict(t) not in own_tolerations
+    }
+    for t_index, toleration in enumerate(as_list(spec.get("tolerations"))):
+        toleration = as_mapping(toleration)
+        key = str(toleration.get("key", ""))
+        value = str(toleration.get("value", ""))
+        path = ("spec", "tolerations", t_index)
+        if (key, value) in foreign_tolerations and dict(toleration) not in own_tolerations:
+            yield finding(path, f"toleration {key}={value}", foreign_tolerations[(key, value)])
+        elif key in own_keys and value and value != own_keys[key]:
+            yield finding(path, f"toleration {key}={value}", "another region")
+
+
+def _uris(ctx: JobContext) -> Iterator[Finding]:
+    region = ctx.region
+    assert region is not None
+    schemes = _schemes(ctx)
+    seen: set[str] = set()
+    locations = region.data_locations
+    classification = f" (data classified {ctx.classification.name})" if ctx.classification else ""
+
+    def judge(path: str, uri: str, what: str) -> Iterator[Finding]:
+        match = _URI.match(uri)
+        if match is None or match.group(1).lower() not in schemes or path in seen:
+            return
+        seen.add(path)
+        if any(uri.startswith(prefix) for prefix in locations):
+            return
+        shown = redact_uri(uri)
+        yield Finding(
+            "MPG-RES-003",
+            path,
+            f"{what} {shown} is outside region {region.name}'s data locations "
+            f"({', '.join(locations) or 'none'}){classification}.",
+            f"Use a copy of the data in {region.name} (a location starting with "
+            f"{' or '.join(locations) or 'an approved prefix'}).",
+            f"{shown} is outside {region.name}'s data locations",
+        )
+
+    initializer = as_mapping(ctx.spec.get("initializer"))
+    for key in ("dataset", "model"):
+        uri = as_str(as_mapping(initializer.get(key)).get("storageUri"))
+        if uri is not None:
+            yield from judge(f"spec.initializer.{key}.storageUri", uri, "storage URI")
+    if ctx.resolution is not None:
+        for job in ctx.resolution.jobs:
+            for list_field, index, container in job.containers():
+                for e_index, var in enumerate(as_list(container.get("env"))):
+                    value = as_str(as_mapping(var).get("value"))
+                    if value is None or "://" not in value:
+                        continue
+                    path = job.origin(("spec", list_field, index, "env", e_index))
+                    name = as_mapping(var).get("name")
+                    what = "storage URI" if path.endswith("storageUri") else f"env {name}"
+                    yield from judge(path, value, what)
+    else:
+        for var in as_list(ctx.trainer.get("env")):
+            var = as_mapping(var)
+            value = as_str(var.get("value"))
+            name = as_str(var.get("name"))
+            if value is not None and name is not None:
+                yield from judge(f"spec.trainer.env[name={name}]", value, f"env {name}")

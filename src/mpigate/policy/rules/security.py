@@ -1,0 +1,236 @@
+"""MPG-SEC-* (Pod Security Standards on every effective pod), MPG-SEC-SECRETS (credential-looking
+literal env values) and MPG-SA-001 (service accounts in runtime patches)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Iterator, Mapping
+from functools import cache
+from typing import Any
+
+from mpigate.catalogue import all_rules
+from mpigate.config.model import SecurityPolicy
+from mpigate.policy import pss
+from mpigate.policy.context import as_list, as_mapping, as_str
+from mpigate.policy.findings import Finding
+from mpigate.trainjob import EffectiveJob, Resolution, parse_path
+from mpigate.trainjob.resolve import MPIGATE_MANAGER
+
+__all__ = ["PSS_FIXES", "check_pod_security", "check_secrets", "check_service_accounts", "credential_reason"]
+
+# How to fix each upstream check, in the words of a pod spec.
+PSS_FIXES: Mapping[str, str] = {
+    "hostNamespaces": "Remove hostNetwork, hostPID and hostIPC (or set them to false).",
+    "privileged": "Remove securityContext.privileged (or set it to false).",
+    "capabilities_baseline": "Add only default capabilities (e.g. NET_BIND_SERVICE); IPC_LOCK, SYS_PTRACE, "
+    "NET_ADMIN and friends are not allowed.",
+    "hostPathVolumes": "Replace hostPath volumes with emptyDir, a PersistentVolumeClaim or a CSI volume.",
+    "hostPorts": "Remove hostPort from the container ports (a containerPort is enough inside the "
+    "pod network).",
+    "hostProbesAndHostLifecycle": "Remove host from probes and lifecycle handlers (they target the "
+    "pod itself).",
+    "appArmorProfile": "Use the RuntimeDefault or a Localhost AppArmor profile, not Unconfined.",
+    "seLinuxOptions": "Remove seLinuxOptions user/role and use an allowed type (container_t, "
+    "container_init_t, "
+    "container_kvm_t, container_engine_t).",
+    "procMount": "Remove securityContext.procMount (or set it to Default).",
+    "seccompProfile_baseline": "Use seccompProfile type RuntimeDefault or Localhost, not Unconfined.",
+    "sysctls": "Only safe sysctls (e.g. net.ipv4.ip_local_port_range) may be set in the pod securityContext.",
+    "windowsHostProcess": "Remove windowsOptions.hostProcess.",
+    "restrictedVolumes": "Use only configMap, csi, downwardAPI, emptyDir, ephemeral, image, "
+    "persistentVolumeClaim, "
+    "projected and secret volumes.",
+    "allowPrivilegeEscalation": "Set securityContext.allowPrivilegeEscalation: false on every container.",
+    "runAsNonRoot": "Set securityContext.runAsNonRoot: true (pod or every container) and use an image with a "
+    "non-root USER.",
+    "runAsUser": "Do not run as UID 0: remove runAsUser: 0 or set a non-zero UID.",
+    "seccompProfile_restricted": "Set securityContext.seccompProfile.type: RuntimeDefault (pod or "
+    "every container).",
+    "capabilities_restricted": "Set securityContext.capabilities.drop: [ALL] and add at most "
+    "NET_BIND_SERVICE.",
+    "procMount_restricted": "Remove securityContext.procMount (or set it to Default).",
+}
+
+
+@cache
+def _rule_by_check() -> Mapping[str, str]:
+    return {info.pss_check: info.id for info in all_rules().values() if info.pss_check}
+
+
+def check_pod_security(
+    security: SecurityPolicy, jobs: tuple[EffectiveJob, ...], *, pods_note: bool = True
+) -> Iterator[Finding]:
+    """Every effective pod against ``restricted``/``baseline`` exactly as pod-security-admission."""
+    level = security.level
+    if level == "privileged":
+        return
+    rules = _rule_by_check()
+    for job in jobs:
+        findings = pss.evaluate_pod(job.metadata, job.spec, level, security.version)
+        for found in findings:
+            rule_id = found.rule if found.rule in all_rules() else rules.get(found.check)
+            if rule_id is None:  # pragma: no cover - the catalogue lists every upstream check
+                continue
+            paths: list[str] = []
+            for raw in found.paths or ("spec",):
+                origin = job.origin(_parse(raw))
+                if origin not in paths:
+                    paths.append(origin)
+            also = f" Also at: {'; '.join(paths[1:])}." if len(paths) > 1 else ""
+            where = (
+                f"replicated job {job.name} ({job.pods} pod{'s' if job.pods != 1 else ''})"
+                if pods_note
+                else (f"replicated job {job.name}")
+            )
+            detail = f" ({found.detail})" if found.detail else ""
+            yield Finding(
+                rule_id,
+                paths[0],
+                f'{found.reason}{detail} violates PodSecurity "{level}:{security.version}" in {where}.{also}',
+                PSS_FIXES.get(found.check, ""),
+                f"{found.reason}{detail} ({job.name})",
+            )
+
+
+def _parse(raw: str) -> tuple[str | int, ...]:
+    return parse_path(raw)
+
+
+# Names that say "credential": whole words of an env var name (so TOKENIZERS_PARALLELISM is not a token).
+_SECRET_WORDS = frozenset(
+    {
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "PWD",
+        "SECRET",
+        "TOKEN",
+        "APIKEY",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "PASSPHRASE",
+        "PRIVATEKEY",
+        "ACCESSKEY",
+        "SECRETKEY",
+        "AUTHKEY",
+        "SESSIONKEY",
+        "CLIENTSECRET",
+        "SASL",
+    }
+)
+_SECRET_PAIRS = frozenset(
+    {
+        ("API", "KEY"),
+        ("ACCESS", "KEY"),
+        ("PRIVATE", "KEY"),
+        ("SECRET", "KEY"),
+        ("AUTH", "KEY"),
+        ("SESSION", "KEY"),
+        ("CLIENT", "SECRET"),
+        ("SIGNING", "KEY"),
+        ("ENCRYPTION", "KEY"),
+        ("MASTER", "KEY"),
+    }
+)
+# Shapes of well-known credentials (never echoed; only the kind is named).
+_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("an AWS access key id", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a GitHub token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b|\bgithub_pat_[A-Za-z0-9_]{50,}\b")),
+    ("a Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")),
+    ("an OpenAI-style API key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b")),
+    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
+    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
+    ("a JSON Web Token", re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}")),
+    ("credentials in a URI", re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")),
+)
+_HIGH_ENTROPY = re.compile(r"^[A-Za-z0-9+/=_-]{32,}$")
+_REFERENCE = re.compile(r"^\$\([A-Za-z_][A-Za-z0-9_]*\)$")
+_HARMLESS = frozenset({"true", "false", "yes", "no", "on", "off", "none", "null", "", "0", "1"})
+
+
+def _entropy(text: str) -> float:
+    counts: dict[str, int] = {}
+    for ch in text:
+        counts[ch] = counts.get(ch, 0) + 1
+    return -sum(c / len(text) * math.log2(c / len(text)) for c in counts.values())
+
+
+def credential_reason(name: str, value: str) -> str | None:
+    """Why a literal env value looks like a credential (``None`` when it does not). Never the value."""
+    stripped = value.strip()
+    if stripped.lower() in _HARMLESS or _REFERENCE.match(stripped):
+        return None
+    for kind, pattern in _SHAPES:
+        if pattern.search(stripped):
+            return f"the value has the shape of {kind}"
+    words = [w for w in re.split(r"[^A-Z0-9]+", name.upper()) if w]
+    if len(stripped) >= 6 and (
+        any(w in _SECRET_WORDS for w in words)
+        or any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words))
+    ):
+        return f"the name {name} says it is a credential"
+    if _HIGH_ENTROPY.match(stripped) and not stripped.isdigit() and _entropy(stripped) >= 4.2:
+        return "the value is a long random-looking string"
+    return None
+
+
+def check_secrets(jobs: tuple[EffectiveJob, ...]) -> Iterator[Finding]:
+    """MPG-SEC-SECRETS on every container's literal env values (the values are never echoed)."""
+    seen: set[str] = set()
+    for job in jobs:
+        for list_field, index, container in job.containers():
+            for e_index, var in enumerate(as_list(container.get("env"))):
+                var = as_mapping(var)
+                name = as_str(var.get("name")) or "?"
+                value = var.get("value")
+                if not isinstance(value, str):
+                    continue
+                reason = credential_reason(name, value)
+                if reason is None:
+                    continue
+                path = job.origin(("spec", list_field, index, "env", e_index))
+                if path in seen or (path.startswith("runtime ") and "spec.mlPolicy.mpi" in path):
+                    continue
+                seen.add(path)
+                yield Finding(
+                    "MPG-SEC-SECRETS",
+                    path,
+                    f"env {name} has a literal value that looks like a credential: {reason} "
+                    f"({len(value)} characters; the value is not shown).",
+                    "Store it in a Secret and reference it: valueFrom: {secretKeyRef: {name: <secret>, key: "
+                    "<key>}}. Rotate the credential: it is now in the object's history.",
+                    f"env {name} looks like a literal credential; use valueFrom.secretKeyRef",
+                )
+
+
+def check_service_accounts(resolution: Resolution, team: str, allowed: frozenset[str]) -> Iterator[Finding]:
+    """MPG-SA-001: a runtime patch may only name one of the team's service accounts."""
+    permitted = allowed | {"default"}
+    seen: set[str] = set()
+    for job in resolution.jobs:
+        for layer in job.layers:
+            if layer.kind != "patch" or layer.manager == MPIGATE_MANAGER:
+                continue
+            spec = as_mapping(layer.template.get("spec"))
+            for field_name in ("serviceAccountName", "serviceAccount"):
+                account: Any = spec.get(field_name)
+                if account is None or account in permitted:
+                    continue
+                path = layer.display(("spec", field_name))
+                if path in seen:
+                    continue
+                seen.add(path)
+                names = ", ".join(sorted(allowed)) or "none"
+                yield Finding(
+                    "MPG-SA-001",
+                    path,
+                    f"service account {account} is not one of {team}'s ({names}); pods would act with "
+                    "another identity's permissions.",
+                    f"Use one of {team}'s service accounts ({names}) or remove serviceAccountName; "
+                    "ask the team "
+                    "admin to add it to rbac/ if it should be one.",
+                    f"service account {account} does not belong to {team}",
+                )

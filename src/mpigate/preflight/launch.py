@@ -1,0 +1,266 @@
+"""Launch the preflight locally under ``mpirun`` with a network profile's environment, and watch it.
+
+``run_local`` starts ``mpirun -np N python -m mpigate.preflight -o json`` with the profile's
+``OMPI_MCA_*`` variables (``NetworkProfile.openmpi_env``, the same pairs the mutating webhook
+injects), samples every TCP socket of mpirun's process tree while it runs (``PortSampler``) and
+judges them against the profile's ranges (``confinement.analyse``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mpigate.config.model import NetworkProfile
+
+from .checks import PreflightSettings
+from .confinement import ConfinementReport, PortRanges, analyse
+from .netns import VirtualPods
+from .portwatch import ObservedSocket, PortSampler, process_tree
+from .report import PreflightReport
+
+__all__ = [
+    "LocalRun",
+    "launch_environment",
+    "mpi_unavailable",
+    "mpirun_command",
+    "run_local",
+]
+
+log = logging.getLogger(__name__)
+
+Transport = Literal["tcp", "auto"]
+
+
+def mpi_unavailable(python: str = sys.executable) -> str | None:
+    """Why the preflight cannot run under mpirun here, or None when it can."""
+    if shutil.which("mpirun") is None:
+        return "mpirun not found (Debian packages openmpi-bin and libopenmpi-dev)"
+    probe = subprocess.run(
+        [python, "-c", "import mpi4py.MPI"], capture_output=True, text=True, check=False, timeout=60
+    )
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        return f"mpi4py cannot load an MPI library ({last}); pip install 'mpigate[mpi]'"
+    return None
+
+
+def launch_environment(
+    profile: NetworkProfile | None,
+    *,
+    transport: Transport = "tcp",
+    base: Mapping[str, str] | None = None,
+    extra: Sequence[tuple[str, str]] = (),
+    oversubscribed: bool = False,
+) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
+    """The environment for mpirun and the (name, value) pairs mpigate set in it.
+
+    ``transport="tcp"`` selects the ``self,tcp`` BTLs only (no shared memory), so that ranks on one
+    machine really talk TCP and every byte crosses a socket the sampler can see.
+    """
+    env = dict(os.environ if base is None else base)
+    injected: list[tuple[str, str]] = []
+    if profile is not None:
+        injected.extend(profile.openmpi_env)
+    injected.extend(extra)
+    if transport == "tcp":
+        injected.append(("OMPI_MCA_btl", "self,tcp"))
+    if oversubscribed:
+        # More ranks than cores: busy-polling ranks would starve each other (milliseconds of
+        # "latency"). mpirun yields by itself only when its own slot count says oversubscribed,
+        # which virtual pods hide.
+        injected.append(("OMPI_MCA_mpi_yield_when_idle", "1"))
+    if os.geteuid() == 0:
+        # mpirun refuses root without both (containers and CI run as root).
+        injected += [("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")]
+    env.update(injected)
+    return env, tuple(injected)
+
+
+def mpirun_command(
+    np: int,
+    program: Sequence[str],
+    *,
+    extra: Sequence[str] = (),
+    mpirun: str = "mpirun",
+) -> list[str]:
+    """``mpirun`` that may put more ranks than cores on a machine (CI has 2 cores)."""
+    return [mpirun, "--oversubscribe", "--bind-to", "none", *extra, "-np", str(np), *program]
+
+
+def preflight_program(settings: PreflightSettings, python: str = sys.executable) -> list[str]:
+    """The rank command line: ``python -m mpigate.preflight -o json`` with ``settings``."""
+    args = [python, "-m", "mpigate.preflight", "-o", "json", "--iterations", str(settings.iterations)]
+    args += ["--sizes", ",".join(str(s) for s in settings.sizes), "--hold", f"{settings.hold:g}"]
+    if settings.max_latency_us is not None:
+        args += ["--max-latency-us", f"{settings.max_latency_us:g}"]
+    if settings.min_bandwidth_mbs is not None:
+        args += ["--min-bandwidth-mbs", f"{settings.min_bandwidth_mbs:g}"]
+    if settings.expect_pinned:
+        args.append("--expect-pinned")
+    return args
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """The outcome of one local launch."""
+
+    argv: tuple[str, ...]
+    injected: tuple[tuple[str, str], ...]
+    returncode: int | None  # None: killed after the timeout
+    stdout: str
+    stderr: str
+    seconds: float
+    report: PreflightReport | None
+    sockets: frozenset[ObservedSocket]
+    processes: Mapping[int, str]
+    samples: int
+    confinement: ConfinementReport | None
+    pods: tuple[str, ...] = ()
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+    @property
+    def ok(self) -> bool:
+        """mpirun succeeded, every check passed, and (when judged) every port was pinned."""
+        return (
+            self.returncode == 0
+            and self.report is not None
+            and self.report.ok
+            and (self.confinement is None or self.confinement.ok)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "command": list(self.argv),
+            "environment": dict(self.injected),
+            "returncode": self.returncode,
+            "seconds": round(self.seconds, 3),
+            "pods": list(self.pods),
+            "processes": sorted(set(self.processes.values())),
+            "samples": self.samples,
+            "preflight": self.report.to_dict() if self.report else None,
+            "ports": self.confinement.to_dict() if self.confinement else None,
+            "problems": list(self.problems),
+        }
+
+
+def _parse_report(stdout: str) -> PreflightReport | None:
+    start = stdout.find("{")
+    if start < 0:
+        return None
+    try:
+        data, _ = json.JSONDecoder().raw_decode(stdout[start:])
+        return PreflightReport.from_dict(data)
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("unreadable preflight output: %s", exc)
+        return None
+
+
+def run_local(
+    np: int,
+    profile: NetworkProfile | None,
+    *,
+    settings: PreflightSettings | None = None,
+    transport: Transport = "tcp",
+    judge: NetworkProfile | None = None,
+    pods: int = 0,
+    timeout: float = 120.0,
+    sample_interval: float = 0.02,
+    python: str = sys.executable,
+    extra_env: Sequence[tuple[str, str]] = (),
+) -> LocalRun:
+    """Run the preflight under mpirun with ``profile``'s environment while sampling its TCP sockets.
+
+    ``judge`` is the profile whose ranges the sockets are judged against (default: ``profile``;
+    pass the pinned profile with ``profile=None`` to see what an unpinned run would do). ``pods``
+    > 0 spreads the ranks over that many virtual pods (network namespaces, root only).
+    ``extra_env`` adds variables after the profile's (to try other parameter sets).
+    """
+    settings = settings or PreflightSettings(hold=1.0)
+    judge = judge if judge is not None else profile
+    env, injected = launch_environment(
+        profile, transport=transport, extra=extra_env, oversubscribed=np > (os.cpu_count() or 1)
+    )
+    problems: list[str] = []
+    # A private ORTE session directory per run: concurrent mpiruns on one machine (parallel test
+    # runs, CI jobs) otherwise share /tmp/ompi.<host>.<uid> and can clean up each other's
+    # session ("orte_session_dir failed").
+    session = tempfile.TemporaryDirectory(prefix="mpigate-ompi-")
+    env["OMPI_MCA_orte_tmpdir_base"] = session.name
+    with session, _maybe_pods(pods, np) as virtual:
+        extra = virtual.mpirun_args() if virtual else []
+        argv = mpirun_command(np, preflight_program(settings, python), extra=extra)
+        log.info("running %s", " ".join(argv))
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        with PortSampler(proc.pid, interval=sample_interval) as sampler:
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout)
+                returncode: int | None = proc.returncode
+            except subprocess.TimeoutExpired:
+                _kill_tree(proc.pid)
+                stdout, stderr = proc.communicate()
+                returncode = None
+                problems.append(f"mpirun did not finish within {timeout:g} s and was killed")
+        seconds = time.monotonic() - start
+        addresses = tuple(virtual.addresses) if virtual else ()
+    sockets, processes = sampler.snapshot()
+    report = _parse_report(stdout)
+    if report is None:
+        problems.append("no preflight report on mpirun's standard output")
+    confinement = analyse(sockets, PortRanges.from_profile(judge)) if judge is not None else None
+    return LocalRun(
+        argv=tuple(argv),
+        injected=injected,
+        returncode=returncode,
+        stdout=stdout,
+        stderr=stderr,
+        seconds=seconds,
+        report=report,
+        sockets=sockets,
+        processes=processes,
+        samples=sampler.samples,
+        confinement=confinement,
+        pods=addresses,
+        problems=tuple(problems),
+    )
+
+
+def _kill_tree(root: int) -> None:
+    """SIGKILL mpirun and every descendant: ORTE puts ranks in process groups of their own, so
+    killing mpirun's group alone leaves them running until they notice mpirun is gone."""
+    for pid in sorted(process_tree(root), reverse=True):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+class _NoPods:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _maybe_pods(pods: int, np: int) -> VirtualPods | _NoPods:
+    if pods <= 0:
+        return _NoPods()
+    return VirtualPods(pods, slots=max(1, -(-np // pods)))

@@ -1,0 +1,163 @@
+"""Virtual pods: Linux network namespaces on one bridge, so that one machine behaves like a job.
+
+Each "pod" is a network namespace with its own ``eth0`` (a veth on a bridge in the root namespace)
+and loopback, the way a Kubernetes pod has its own network stack. ``mpirun`` stays in the root
+namespace (the launcher pod) and starts ``orted`` in each namespace through an ``rsh`` agent that
+plays sshd: it enters the namespace and *clears the environment*, so that whatever reaches the
+remote daemons and ranks is what OpenMPI itself forwards — exactly the situation of Trainer's
+launcher pod ssh-ing into the node pods on port 2222.
+
+Needs root and iproute2 (``ip netns``). Addresses come from 198.18.0.0/15 (RFC 2544, reserved for
+benchmarking) so that they cannot clash with a real network.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["VirtualPods", "VirtualPodsError", "virtual_pods_unavailable"]
+
+log = logging.getLogger(__name__)
+
+
+class VirtualPodsError(RuntimeError):
+    """The namespaces could not be set up (message says why)."""
+
+
+def virtual_pods_unavailable() -> str | None:
+    """Why virtual pods cannot be made here, or None when they can."""
+    if not Path("/proc/self/ns/net").exists():
+        return "network namespaces need Linux"
+    if os.geteuid() != 0:
+        return "network namespaces need root (ip netns add)"
+    if shutil.which("ip") is None:
+        return "iproute2 'ip' not found (Debian package iproute2)"
+    return None
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise VirtualPodsError(f"ip {' '.join(args)}: {done.stderr.strip() or done.returncode}")
+
+
+_AGENT = """#!/bin/sh
+# rsh agent for mpirun: "{agent} [ssh options] HOST COMMAND..." runs COMMAND in HOST's network
+# namespace with an empty environment, like sshd would.
+while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done
+host="$1"; shift
+case "$host" in
+{cases}
+  *) echo "rsh agent: unknown host $host" >&2; exit 255;;
+esac
+exec ip netns exec "$ns" env -i PATH={path} HOME={home} /bin/sh -c "$*"
+"""
+
+
+@dataclass
+class VirtualPods:
+    """``count`` namespaces with one address each; a context manager that always cleans up."""
+
+    count: int
+    slots: int = 2
+    tag: str = field(default_factory=lambda: f"{secrets.randbelow(100000):05d}")  # unique names per instance
+    addresses: list[str] = field(default_factory=list)
+    launcher_address: str = ""
+    hostfile: Path | None = None
+    agent: Path | None = None
+    _namespaces: list[str] = field(default_factory=list)
+    _bridge: str = ""
+    _tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.count <= 250:
+            raise ValueError("count must be between 1 and 250")
+
+    def __enter__(self) -> VirtualPods:
+        reason = virtual_pods_unavailable()
+        if reason:
+            raise VirtualPodsError(reason)
+        subnet = int(self.tag) % 256
+        self._bridge = f"mpgb{self.tag}"
+        self.launcher_address = f"198.18.{subnet}.1"
+        try:
+            _ip("link", "add", self._bridge, "type", "bridge")
+            _ip("addr", "add", f"{self.launcher_address}/24", "dev", self._bridge)
+            _ip("link", "set", self._bridge, "up")
+            for i in range(1, self.count + 1):
+                ns, veth, address = f"mpg{self.tag}-{i}", f"mpgv{self.tag}x{i}", f"198.18.{subnet}.{i + 1}"
+                _ip("netns", "add", ns)
+                self._namespaces.append(ns)
+                _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+                _ip("link", "set", veth, "master", self._bridge, "up")
+                _ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
+                _ip("-n", ns, "link", "set", "eth0", "up")
+                _ip("-n", ns, "link", "set", "lo", "up")
+                self.addresses.append(address)
+            self._write_files()
+        except BaseException:
+            self.close()
+            raise
+        log.info(
+            "virtual pods %s on bridge %s",
+            dict(zip(self.addresses, self._namespaces, strict=True)),
+            self._bridge,
+        )
+        return self
+
+    def _write_files(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="mpigate-pods-")
+        root = Path(self._tmp.name)
+        cases = "\n".join(
+            f"  {address}) ns={shlex.quote(ns)};;"
+            for address, ns in zip(self.addresses, self._namespaces, strict=True)
+        )
+        self.agent = root / "rsh-agent"
+        self.agent.write_text(
+            _AGENT.format(
+                agent=self.agent,
+                cases=cases,
+                path=shlex.quote(os.environ.get("PATH", "/usr/bin:/bin")),
+                home=shlex.quote(os.environ.get("HOME", "/")),
+            )
+        )
+        self.agent.chmod(0o755)
+        self.hostfile = root / "hostfile"
+        self.hostfile.write_text("".join(f"{a} slots={self.slots}\n" for a in self.addresses))
+
+    def mpirun_args(self) -> list[str]:
+        """Options that make mpirun place ranks in the pods (via the agent)."""
+        if self.hostfile is None or self.agent is None:
+            raise VirtualPodsError("virtual pods are not set up")
+        return ["--hostfile", str(self.hostfile), "--mca", "plm_rsh_agent", str(self.agent)]
+
+    def close(self) -> None:
+        for ns in reversed(self._namespaces):
+            try:
+                _ip("netns", "del", ns)  # also removes the veth pair
+            except VirtualPodsError as exc:
+                log.warning("cleanup: %s", exc)
+        self._namespaces.clear()
+        if self._bridge:
+            try:
+                _ip("link", "del", self._bridge)
+            except VirtualPodsError as exc:
+                log.warning("cleanup: %s", exc)
+            self._bridge = ""
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,117 @@
+"""The config bundle: the config tree as the data of one ConfigMap that the webhook mounts.
+
+Each config file becomes one key (its path relative to the tree with ``/`` replaced by ``__``), so
+that the mounted directory is itself a config tree that :func:`mpigate.config.load` reads, and the
+key :data:`~mpigate.config.loader.REVISION_FILE` carries the revision the bundle was rendered from.
+PolicyTest documents stay out (they are CI material, and the files their cases point to are not in
+the tree the webhook sees); so do documents the loader ignores (not mpigate or Trainer runtime
+kinds), and files left with no config document at all.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mpigate.config import Config
+from mpigate.config.loader import REVISION_FILE, RUNTIME_KINDS, TRAINER_API_GROUP
+
+from .errors import RenderError, RenderProblem
+from .manifests import FastLoader as _Loader
+
+__all__ = ["BUNDLE_WARN_BYTES", "Bundle", "bundle_key", "collect_bundle"]
+
+# etcd refuses objects above 1.5 MiB and the API server ConfigMaps above 1 MiB; warn with room left.
+BUNDLE_WARN_BYTES = 900 * 1024
+_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
+_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The ConfigMap data (sorted by key), its size in bytes and what was left out."""
+
+    files: dict[str, str]
+    size: int
+    excluded: tuple[str, ...]
+
+    def to_context(self) -> dict[str, Any]:
+        return {"files": dict(self.files), "size": self.size, "excluded": list(self.excluded)}
+
+
+def bundle_key(relative_path: str) -> str:
+    """ConfigMap key of a config file: ``policies/org.yaml`` → ``policies__org.yaml``."""
+    return relative_path.replace("/", "__")
+
+
+def _is_config_document(api_version: Any, kind: Any) -> bool:
+    if not isinstance(api_version, str):
+        return False
+    group = api_version.split("/")[0]
+    if group == "mpigate.io":
+        return bool(kind != "PolicyTest")
+    return group == TRAINER_API_GROUP and kind in RUNTIME_KINDS
+
+
+def _identities(text: str) -> list[tuple[Any, Any]]:
+    """(apiVersion, kind) of each document, read from the composed nodes without constructing the
+    documents (the tree passed ``check``, so it parses)."""
+    out = []
+    for node in yaml.compose_all(text, Loader=_Loader):
+        found: dict[str, Any] = {}
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value in ("apiVersion", "kind"):
+                    found[key.value] = value.value if isinstance(value, yaml.ScalarNode) else None
+        out.append((found.get("apiVersion"), found.get("kind")))
+    return out
+
+
+def collect_bundle(config: Config) -> Bundle:
+    """Read the config files of ``config`` into bundle data."""
+    root = Path(config.root)
+    base = root if root.is_dir() else root.parent
+    files: dict[str, str] = {}
+    origin: dict[str, str] = {}
+    excluded: list[str] = []
+    problems: list[RenderProblem] = []
+    for rel in config.files:
+        path = base / rel
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            problems.append(RenderProblem(rel, 0, f"cannot read config file: {exc.strerror}"))
+            continue
+        identities = _identities(text)
+        keep = [_is_config_document(*identity) for identity in identities]
+        if not any(keep):
+            excluded.append(rel)
+            continue
+        if not all(keep):
+            # Drop PolicyTest and foreign documents; the rest is re-serialised from its data.
+            documents = list(yaml.load_all(text, Loader=_Loader))
+            kept = [d for d, k in zip(documents, keep, strict=True) if k]
+            text = yaml.dump_all(kept, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
+        key = bundle_key(rel)
+        if not _KEY_RE.match(key):
+            problems.append(
+                RenderProblem(
+                    rel, 0, f"file name is not a valid ConfigMap key ({key!r}): use [-._a-zA-Z0-9/]"
+                )
+            )
+            continue
+        if key in origin:
+            problems.append(RenderProblem(rel, 0, f"ConfigMap key {key!r} is also the key of {origin[key]}"))
+            continue
+        origin[key] = rel
+        files[key] = text
+    if problems:
+        raise RenderError(tuple(problems))
+    files[REVISION_FILE] = config.revision + "\n"
+    ordered = dict(sorted(files.items()))
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in ordered.items())
+    return Bundle(ordered, size, tuple(excluded))

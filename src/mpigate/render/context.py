@@ -1,0 +1,374 @@
+"""The data the templates see: plain dicts and lists computed from a :class:`~mpigate.config.Config`.
+
+Everything a template needs that involves arithmetic or policy (quota sums, Kueue resource groups,
+Pod Security levels, RBAC subjects) is computed here, in tested Python; templates only shape it into
+Kubernetes objects. The context is deterministic: teams, flavors, personas and regions are sorted
+by name, so rendering the same config twice gives the same output.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from mpigate.catalogue import all_rules
+from mpigate.config import Config, thaw
+from mpigate.config.model import EgressRule, Persona, Team
+
+__all__ = [
+    "AUXILIARY_PODS_PER_JOB",
+    "CLUSTER_READABLE",
+    "LABELS",
+    "MPIGATE",
+    "PSS_LEVELS",
+    "build_context",
+    "pod_security_levels",
+    "region_flavor_name",
+    "team_context",
+]
+
+# Pods of a TrainJob besides its nodes: the MPI launcher (unless it runs as a node) and Trainer's
+# dataset and model initializers. Kueue counts every pod set, so the derived pod quota does too.
+AUXILIARY_PODS_PER_JOB = 3
+
+PSS_LEVELS = ("privileged", "baseline", "restricted")
+
+LABELS = {
+    "team": "mpigate.io/team",
+    "managed_by": "app.kubernetes.io/managed-by",
+    "part_of": "app.kubernetes.io/part-of",
+    "jobset_name": "jobset.sigs.k8s.io/jobset-name",
+    "queue_name": "kueue.x-k8s.io/queue-name",
+    "revision": "mpigate.io/revision",
+    "kueue_batch_user": "rbac.kueue.x-k8s.io/batch-user",
+    "kueue_batch_admin": "rbac.kueue.x-k8s.io/batch-admin",
+}
+
+# Where the install base (webhooks/) runs mpigate; the rendered config bundle goes there.
+MPIGATE = {
+    "namespace": "mpigate-system",
+    "config_map": "mpigate-config",
+    "service": "mpigate-webhook",
+    "metrics_job": "mpigate-webhook",
+}
+
+# Cluster-scoped resources whose read access a persona may get cluster-wide (a RoleBinding cannot
+# grant rights on cluster-scoped objects). Reading them reveals no team's data. Everything else that
+# is cluster-scoped - ClusterQueues above all - is never granted to a persona.
+CLUSTER_READABLE = frozenset(
+    {
+        ("trainer.kubeflow.org", "clustertrainingruntimes"),
+        ("kueue.x-k8s.io", "workloadpriorityclasses"),
+        ("kueue.x-k8s.io", "resourceflavors"),
+        ("scheduling.k8s.io", "priorityclasses"),
+    }
+)
+_READ_VERBS = ("get", "list", "watch")
+
+
+def region_flavor_name(region: str) -> str:
+    """The Kueue ResourceFlavor that carries a region's node labels for cpu, memory and pods."""
+    return f"region-{region}"
+
+
+def _quantity(value: float) -> int | str:
+    """A fair-sharing weight as Kueue's int-or-string quantity."""
+    if float(value).is_integer():
+        return int(value)
+    return repr(float(value))
+
+
+def pod_security_levels(config: Config, team: Team, namespace: str, today: dt.date) -> dict[str, Any]:
+    """Pod Security Admission labels for one team namespace.
+
+    ``audit`` and ``warn`` always carry the org's level. ``enforce`` carries it too, unless mpigate
+    itself lets a pod through that the level would reject: a PSS rule that the org enforces only
+    as ``warn``/``audit``, or an active PolicyException of this team for this namespace. Then the
+    API server would reject the pods that mpigate admitted (the TrainJob would hang with failing
+    pod creation), so ``enforce`` drops to the strictest level that still admits them.
+    """
+    org_level = config.org.security.level
+    ceiling = PSS_LEVELS.index(org_level)
+    relaxed: dict[str, str] = {}
+    for info in all_rules().values():
+        if info.pss_level is None or PSS_LEVELS.index(info.pss_level) > ceiling:
+            continue
+        mode = config.org.enforcement.mode_for(info.id)
+        if mode != "enforce":
+            relaxed[info.id] = f"enforcement mode {mode}"
+    for exc in config.exceptions_for(team.name):
+        if not exc.active_on(today):
+            continue
+        if exc.namespaces is not None and namespace not in exc.namespaces:
+            continue
+        for rule_id in sorted(exc.rule_ids):
+            info = all_rules()[rule_id]
+            if info.pss_level is not None and PSS_LEVELS.index(info.pss_level) <= ceiling:
+                relaxed.setdefault(rule_id, f"PolicyException {exc.name}")
+    enforce = ceiling
+    for rule_id in relaxed:
+        level = PSS_LEVELS.index(all_rules()[rule_id].pss_level or "privileged")
+        # a relaxed baseline check needs "privileged"; a relaxed restricted check needs "baseline"
+        enforce = min(enforce, level - 1)
+    return {
+        "enforce": PSS_LEVELS[enforce],
+        "audit": org_level,
+        "warn": org_level,
+        "version": config.org.security.version,
+        "relaxed": [{"rule": k, "why": v} for k, v in sorted(relaxed.items())],
+    }
+
+
+def _egress(rules: Iterable[EgressRule], source: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "cidr": r.cidr,
+            "except": list(r.except_),
+            "ports": list(r.ports),
+            "protocol": r.protocol,
+            "description": r.description,
+            "source": source,
+        }
+        for r in rules
+    ]
+
+
+def _cluster_read_rules(persona: Persona) -> list[dict[str, Any]]:
+    """The part of a persona's rules on cluster-scoped resources that may be granted cluster-wide:
+    read verbs on :data:`CLUSTER_READABLE` resources, one rule per API group."""
+    by_group: dict[str, set[str]] = {}
+    verbs: dict[str, set[str]] = {}
+    for rule in persona.rules:
+        rule_verbs = set(rule.get("verbs", ()))
+        granted = {v for v in _READ_VERBS if v in rule_verbs or "*" in rule_verbs}
+        if not granted:
+            continue
+        for group in rule.get("apiGroups", ()):
+            for resource in rule.get("resources", ()):
+                if (group, resource) in CLUSTER_READABLE:
+                    by_group.setdefault(group, set()).add(resource)
+                    verbs.setdefault(group, set()).update(granted)
+    return [
+        {
+            "apiGroups": [group],
+            "resources": sorted(resources),
+            "verbs": [v for v in _READ_VERBS if v in verbs[group]],
+        }
+        for group, resources in sorted(by_group.items())
+    ]
+
+
+def _persona_context(persona: Persona) -> dict[str, Any]:
+    return {
+        "name": persona.name,
+        "description": persona.description,
+        "kueue": persona.kueue,
+        "rules": thaw(persona.rules),
+        "cluster_role": f"mpigate:persona:{persona.name}",
+        "cluster_read_role": f"mpigate:persona:{persona.name}:cluster-read",
+        "cluster_read_rules": _cluster_read_rules(persona),
+    }
+
+
+def _resource_groups(config: Config, team: Team, pods: int) -> list[dict[str, Any]]:
+    """Kueue resource groups of a team's ClusterQueue.
+
+    cpu, memory and pods share one group on the team's region flavor, GPUs form a second group
+    on the team's GPU flavors. Covering ``pods`` means every pod set - also a CPU-only launcher or
+    initializer - is assigned the region flavor and so gets the region's node labels (residency).
+    The team's cpu/memory/pod quota is a cap, not a pool to share: its borrowing limit is 0 when
+    the queue is in a cohort (Kueue forbids borrowingLimit without a cohort).
+    """
+    cohort = team.cohort is not None
+    unbounded_cpu, unbounded_memory = "1M", "1Ei"
+    base: list[dict[str, Any]] = [
+        {"name": "cpu", "nominalQuota": team.cpu if team.cpu is not None else unbounded_cpu},
+        {"name": "memory", "nominalQuota": team.memory if team.memory is not None else unbounded_memory},
+        {"name": "pods", "nominalQuota": pods},
+    ]
+    if cohort:
+        for resource in base:
+            resource["borrowingLimit"] = 0
+    groups: list[dict[str, Any]] = [
+        {
+            "coveredResources": ["cpu", "memory", "pods"],
+            "flavors": [{"name": region_flavor_name(team.region), "resources": base}],
+        }
+    ]
+    by_resource: dict[str, list[dict[str, Any]]] = {}
+    for flavor_name in sorted(team.gpus):
+        quota = team.gpus[flavor_name]
+        flavor = config.flavors[flavor_name]
+        gpu: dict[str, Any] = {"name": flavor.gpu_resource, "nominalQuota": quota.nominal}
+        if cohort:
+            gpu["borrowingLimit"] = quota.borrowing_limit
+            if quota.lending_limit is not None:
+                gpu["lendingLimit"] = quota.lending_limit
+        by_resource.setdefault(flavor.gpu_resource, []).append({"name": flavor_name, "resources": [gpu]})
+    for gpu_resource, flavors in sorted(by_resource.items()):
+        groups.append({"coveredResources": [gpu_resource], "flavors": flavors})
+    return groups
+
+
+def team_context(config: Config, team: Team, today: dt.date) -> dict[str, Any]:
+    """Everything the per-team templates render from."""
+    pods_per_job = team.max_nodes_per_job + AUXILIARY_PODS_PER_JOB
+    pods = team.pods if team.pods is not None else team.max_concurrent_jobs * pods_per_job
+    gpu_ceilings: dict[str, int] = {}
+    gpus = []
+    for flavor_name in sorted(team.gpus):
+        quota = team.gpus[flavor_name]
+        resource = config.flavors[flavor_name].gpu_resource
+        gpu_ceilings[resource] = gpu_ceilings.get(resource, 0) + quota.ceiling
+        gpus.append(
+            {
+                "flavor": flavor_name,
+                "resource": resource,
+                "nominal": quota.nominal,
+                "borrowing_limit": quota.borrowing_limit,
+                "lending_limit": quota.lending_limit,
+                "ceiling": quota.ceiling,
+            }
+        )
+    hard: dict[str, Any] = {
+        "count/trainjobs.trainer.kubeflow.org": str(team.max_stored_jobs),
+        "pods": str(pods),
+    }
+    if team.cpu is not None:
+        hard["requests.cpu"] = team.cpu
+    if team.memory is not None:
+        hard["requests.memory"] = team.memory
+    for resource, ceiling in sorted(gpu_ceilings.items()):
+        hard[f"requests.{resource}"] = str(ceiling)
+
+    access = config.access.get(team.name)
+    bindings = []
+    if access is not None:
+        for persona_name in sorted(access.members):
+            members = access.members[persona_name]
+            persona = config.personas[persona_name]
+            if not (members.users or members.groups or members.service_accounts):
+                continue
+            bindings.append(
+                {
+                    "persona": persona_name,
+                    "cluster_role": f"mpigate:persona:{persona_name}",
+                    "cluster_read_role": f"mpigate:persona:{persona_name}:cluster-read",
+                    "cluster_read": bool(_cluster_read_rules(persona)),
+                    "users": sorted(members.users),
+                    "groups": sorted(members.groups),
+                    "service_accounts": sorted(members.service_accounts),
+                }
+            )
+
+    network = config.network_for(team.name)
+    profile = config.network_profiles[network.profile]
+    egress = []
+    for list_name in network.egress_lists:
+        egress.extend(_egress(config.egress_lists[list_name], f"egress list {list_name}"))
+    egress.extend(_egress(network.egress, "TeamNetwork"))
+
+    region = config.org.regions[team.region]
+    return {
+        "name": team.name,
+        "description": team.description,
+        "contact": team.contact,
+        "namespaces": [
+            {"name": ns, "pod_security": pod_security_levels(config, team, ns, today)}
+            for ns in team.namespaces
+        ],
+        "namespace_names": list(team.namespaces),
+        "primary_namespace": team.namespaces[0],
+        "region": {"name": region.name, "node_labels": dict(sorted(region.node_labels.items()))},
+        "cohort": team.cohort,
+        "queues": list(team.queues),
+        "default_queue": team.default_queue,
+        "priority_classes": list(team.priority_classes),
+        "default_priority_class": team.default_priority_class,
+        "max_concurrent_jobs": team.max_concurrent_jobs,
+        "max_nodes_per_job": team.max_nodes_per_job,
+        "pods_per_job": pods_per_job,
+        "pods": pods,
+        "cpu": team.cpu,
+        "memory": team.memory,
+        "gpus": gpus,
+        "gpu_ceilings": gpu_ceilings,
+        "fair_share_weight": _quantity(team.fair_share_weight),
+        "cluster_queue": {
+            "name": team.name,
+            "namespace_selector": {
+                "matchExpressions": [
+                    {
+                        "key": "kubernetes.io/metadata.name",
+                        "operator": "In",
+                        "values": sorted(team.namespaces),
+                    }
+                ]
+            },
+            "resource_groups": _resource_groups(config, team, pods),
+        },
+        "resource_quota": {"hard": hard},
+        "bindings": bindings,
+        "service_accounts": sorted(config.service_accounts_of(team.name)),
+        "network": {
+            "profile": profile.name,
+            "mode": profile.mode,
+            "egress": egress,
+        },
+    }
+
+
+def _gpu_flavor_context(config: Config, name: str) -> dict[str, Any]:
+    flavor = config.flavors[name]
+    region = config.org.regions[flavor.region]
+    labels = dict(region.node_labels)
+    labels.update(flavor.node_labels)
+    return {
+        "name": name,
+        "kind": "gpu",
+        "region": flavor.region,
+        "gpu_resource": flavor.gpu_resource,
+        "gpus_per_node": flavor.gpus_per_node,
+        "capacity": flavor.capacity,
+        "description": flavor.description,
+        "node_labels": dict(sorted(labels.items())),
+        "tolerations": thaw(flavor.tolerations),
+    }
+
+
+def build_context(config: Config, *, today: dt.date, bundle: Mapping[str, Any]) -> dict[str, Any]:
+    """The global template context (per-team templates also get ``team``)."""
+    org = config.org
+    regions = [
+        {
+            "name": name,
+            "description": org.regions[name].description,
+            "node_labels": dict(sorted(org.regions[name].node_labels.items())),
+            "flavor": region_flavor_name(name),
+        }
+        for name in sorted(org.regions)
+    ]
+    teams = [team_context(config, config.teams[name], today) for name in sorted(config.teams)]
+    return {
+        "revision": config.revision,
+        "today": today.isoformat(),
+        "labels": dict(LABELS),
+        "mpigate": dict(MPIGATE),
+        "org": {
+            "name": org.name,
+            "unmanaged_namespaces": org.unmanaged_namespaces,
+            "security": {"level": org.security.level, "version": org.security.version},
+        },
+        "regions": regions,
+        "flavors": [_gpu_flavor_context(config, name) for name in sorted(config.flavors)],
+        "gpu_resources": sorted({f.gpu_resource for f in config.flavors.values()}),
+        "cohorts": sorted(config.cohorts),
+        "priority_classes": [
+            {"name": pc.name, "value": pc.value, "description": pc.description}
+            for pc in sorted(org.priority_classes.values(), key=lambda p: p.name)
+        ],
+        "personas": [_persona_context(config.personas[name]) for name in sorted(config.personas)],
+        "teams": teams,
+        "bundle": dict(bundle),
+    }

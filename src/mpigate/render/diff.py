@@ -1,0 +1,193 @@
+"""What a render would change, object by object - for reviewing a config pull request.
+
+Objects are paired by apiVersion, kind, namespace and name (as the cluster identifies them), so a
+moved or reordered object is no change, and each changed object gets a unified diff of its
+canonical YAML. The baseline is either a directory rendered before or the same config tree at a git
+revision, rendered now with the same templates and options.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import io
+import os
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from mpigate.config import ConfigError, Severity, load
+from mpigate.config.loader import REVISION_FILE
+
+from .context import LABELS
+from .errors import RenderError, RenderProblem
+from .manifests import ObjectKey, dump_object, object_key
+from .renderer import Rendering, render
+from .tree import read_objects
+
+__all__ = [
+    "ObjectChange",
+    "baseline_objects",
+    "diff_objects",
+    "git_tree",
+    "render_at_ref",
+    "rendering_objects",
+]
+
+Change = Literal["added", "removed", "changed"]
+
+
+@dataclass(frozen=True)
+class ObjectChange:
+    """One object that differs; ``diff`` is a unified diff of its YAML (old → new)."""
+
+    change: Change
+    key: ObjectKey
+    old_file: str | None
+    new_file: str | None
+    diff: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "change": self.change,
+            "apiVersion": self.key.api_version,
+            "kind": self.key.kind,
+            "namespace": self.key.namespace or None,
+            "name": self.key.name,
+            "oldFile": self.old_file,
+            "newFile": self.new_file,
+            "diff": self.diff,
+        }
+
+
+def _without_revision(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` without the config revision it carries (the bundle's annotation and data key)."""
+    out = dict(obj)
+    meta = out.get("metadata")
+    if isinstance(meta, Mapping) and isinstance(meta.get("annotations"), Mapping):
+        annotations = {k: v for k, v in meta["annotations"].items() if k != LABELS["revision"]}
+        out["metadata"] = {k: v for k, v in meta.items() if k != "annotations"}
+        if annotations:
+            out["metadata"]["annotations"] = annotations
+    data = out.get("data")
+    if isinstance(data, Mapping) and REVISION_FILE in data:
+        out["data"] = {k: v for k, v in data.items() if k != REVISION_FILE}
+    return out
+
+
+def _index(
+    objects: Iterable[tuple[str, Mapping[str, Any]]], ignore_revision: bool
+) -> dict[ObjectKey, tuple[str, str]]:
+    out: dict[ObjectKey, tuple[str, str]] = {}
+    for file, obj in objects:
+        shown = _without_revision(obj) if ignore_revision else obj
+        out[object_key(obj)] = (file, dump_object(shown))
+    return out
+
+
+def diff_objects(
+    old: Iterable[tuple[str, Mapping[str, Any]]],
+    new: Iterable[tuple[str, Mapping[str, Any]]],
+    *,
+    context: int = 3,
+    ignore_revision: bool = True,
+) -> list[ObjectChange]:
+    """Changes from ``old`` to ``new`` (each an iterable of (file, object)), sorted by object key.
+
+    With ``ignore_revision`` (the default) the config revision that the bundle carries is left
+    out of the comparison: every commit has a new one, and a pull request that changes nothing
+    else should show no change."""
+    before, after = _index(old, ignore_revision), _index(new, ignore_revision)
+    changes = []
+    for key in sorted(before.keys() | after.keys()):
+        old_file, old_text = before.get(key, (None, ""))
+        new_file, new_text = after.get(key, (None, ""))
+        if old_text == new_text:
+            continue
+        change: Change = "added" if old_file is None else "removed" if new_file is None else "changed"
+        lines = difflib.unified_diff(
+            old_text.splitlines(keepends=True),
+            new_text.splitlines(keepends=True),
+            fromfile=f"a/{old_file}" if old_file else "/dev/null",
+            tofile=f"b/{new_file}" if new_file else "/dev/null",
+            n=context,
+        )
+        changes.append(ObjectChange(change, key, old_file, new_file, "".join(lines)))
+    return changes
+
+
+def rendering_objects(rendering: Rendering) -> list[tuple[str, Mapping[str, Any]]]:
+    return [(o.file, o.data) for o in rendering.objects]
+
+
+def _git(cwd: Path, *args: str) -> bytes:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False, timeout=120)
+    except FileNotFoundError:
+        raise RenderError(
+            (RenderProblem(str(cwd), 0, "git is not installed (needed for --against GIT_REF)"),)
+        ) from None
+    if done.returncode != 0:
+        message = done.stderr.decode(errors="replace").strip().splitlines()
+        raise RenderError(
+            (RenderProblem(str(cwd), 0, f"git {args[0]}: {message[-1] if message else 'failed'}"),)
+        )
+    return done.stdout
+
+
+@contextmanager
+def git_tree(path: str | os.PathLike[str], ref: str) -> Iterator[tuple[Path, str]]:
+    """The config tree at ``path`` as of git ``ref``, extracted into a temporary directory.
+
+    Yields (the tree's path inside the temporary checkout, the full commit id)."""
+    target = Path(path).resolve()
+    start = target if target.is_dir() else target.parent
+    top = Path(_git(start, "rev-parse", "--show-toplevel").decode().strip())
+    commit = _git(top, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").decode().strip()
+    relative = target.relative_to(top.resolve())
+    archive = _git(top, "archive", "--format=tar", commit)
+    with tempfile.TemporaryDirectory(prefix="mpigate-diff-") as tmp:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        yield Path(tmp) / relative, commit
+
+
+def render_at_ref(
+    path: str | os.PathLike[str],
+    ref: str,
+    *,
+    template_dirs: Sequence[str | os.PathLike[str]] = (),
+    today: dt.date | None = None,
+) -> Rendering:
+    """Render the config tree at ``path`` as it was at git ``ref`` (its own templates/ included)."""
+    with git_tree(path, ref) as (tree, commit):
+        if not tree.exists():
+            raise RenderError((RenderProblem(str(path), 0, f"{path} does not exist at {ref}"),))
+        try:
+            config = load(tree, revision=commit, today=today)
+        except ConfigError as exc:
+            problems = tuple(
+                RenderProblem(f"{ref}:{p.location}", 0, f"{p.path}: {p.message}")
+                for p in exc.problems
+                if p.severity is Severity.ERROR
+            )
+            raise RenderError(problems) from None
+        return render(config, template_dirs=template_dirs, today=today)
+
+
+def baseline_objects(
+    path: str | os.PathLike[str],
+    against: str,
+    *,
+    template_dirs: Sequence[str | os.PathLike[str]] = (),
+    today: dt.date | None = None,
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """Objects to compare with: a rendered directory when ``against`` is one, else a git ref."""
+    if Path(against).is_dir():
+        return [(f, o) for f, o in read_objects(against)]
+    return rendering_objects(render_at_ref(path, against, template_dirs=template_dirs, today=today))

@@ -1,0 +1,172 @@
+"""Resource arithmetic of effective pods, as the scheduler and Kueue count it.
+
+* A container's request for a resource defaults to its limit when only the limit is given
+  (Kubernetes API defaulting); extended resources such as GPUs must have requests = limits.
+* A pod's request is ``max(Σ containers + Σ restartable init containers, max(init containers))``
+  per resource (the effective-request rule of the scheduler and Kueue), plus ``spec.overhead``.
+* A replicated job asks ``pods × per-pod``; a TrainJob asks the sum over its replicated jobs
+  (initializers included: Kueue admits the JobSet's pod sets together).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from mpigate.config import parse_quantity
+
+from .paths import Key, PathPart
+from .resolve import EffectiveJob
+
+__all__ = ["ContainerResources", "PodResources", "container_resources", "format_quantity", "pod_resources"]
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerResources:
+    """Requests (defaulted from limits) and limits of one container, exact."""
+
+    name: str
+    list_field: str
+    index: int
+    requests: Mapping[str, Fraction]
+    limits: Mapping[str, Fraction]
+    explicit_requests: Mapping[str, Fraction]
+    invalid: tuple[tuple[tuple[PathPart, ...], str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodResources:
+    """The effective requests of one pod of a replicated job."""
+
+    requests: Mapping[str, Fraction]
+    containers: tuple[ContainerResources, ...]
+
+    @property
+    def invalid(self) -> tuple[tuple[tuple[PathPart, ...], str], ...]:
+        return tuple(item for c in self.containers for item in c.invalid)
+
+
+def _quantities(
+    raw: Any, path: tuple[PathPart, ...]
+) -> tuple[dict[str, Fraction], list[tuple[tuple[PathPart, ...], str]]]:
+    values: dict[str, Fraction] = {}
+    invalid: list[tuple[tuple[PathPart, ...], str]] = []
+    if raw is None:
+        return values, invalid
+    if not isinstance(raw, Mapping):
+        invalid.append((path, "expected a map of resource quantities"))
+        return values, invalid
+    for name, value in raw.items():
+        try:
+            quantity = parse_quantity(value)
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError):
+            invalid.append(((*path, str(name)), f"{value!r} is not a Kubernetes quantity"))
+            continue
+        if quantity < 0:
+            invalid.append(((*path, str(name)), "must not be negative"))
+            continue
+        values[str(name)] = quantity
+    return values, invalid
+
+
+def container_resources(list_field: str, index: int, container: Mapping[str, Any]) -> ContainerResources:
+    """Requests/limits of one container (pod paths use ``containers[index]``)."""
+    name = str(container.get("name", index))
+    resources = container.get("resources")
+    resources = resources if isinstance(resources, Mapping) else {}
+    base: tuple[PathPart, ...] = ("spec", list_field, index, "resources")
+    limits, bad_limits = _quantities(resources.get("limits"), (*base, "limits"))
+    explicit, bad_requests = _quantities(resources.get("requests"), (*base, "requests"))
+    requests = dict(limits)
+    requests.update(explicit)
+    return ContainerResources(
+        name, list_field, index, requests, limits, explicit, tuple(bad_limits + bad_requests)
+    )
+
+
+def _add(into: dict[str, Fraction], values: Mapping[str, Fraction]) -> None:
+    for name, value in values.items():
+        into[name] = into.get(name, Fraction(0)) + value
+
+
+def pod_resources(job: EffectiveJob) -> PodResources:
+    """Effective requests of one pod of ``job`` (computed once per job)."""
+    found = job.memo.get("pod_resources")
+    if found is None:
+        found = job.memo["pod_resources"] = _pod_resources(job)
+    assert isinstance(found, PodResources)
+    return found
+
+
+def _pod_resources(job: EffectiveJob) -> PodResources:
+    spec = job.spec
+    containers: list[ContainerResources] = []
+    regular: dict[str, Fraction] = {}
+    init_max: dict[str, Fraction] = {}
+    sidecars: dict[str, Fraction] = {}
+    for list_field in ("initContainers", "containers"):
+        items = spec.get(list_field)
+        if not isinstance(items, list):
+            continue
+        for index, container in enumerate(items):
+            if not isinstance(container, Mapping):
+                continue
+            res = container_resources(list_field, index, container)
+            containers.append(res)
+            if list_field == "containers":
+                _add(regular, res.requests)
+            elif container.get("restartPolicy") == "Always":
+                _add(sidecars, res.requests)
+            else:
+                # An init container runs while the sidecars started before it keep running.
+                for name, value in res.requests.items():
+                    running = value + sidecars.get(name, Fraction(0))
+                    init_max[name] = max(init_max.get(name, Fraction(0)), running)
+    _add(regular, sidecars)
+    total = dict(regular)
+    for name, value in init_max.items():
+        total[name] = max(total.get(name, Fraction(0)), value)
+    overhead, _ = _quantities(spec.get("overhead"), ("spec", "overhead"))
+    _add(total, overhead)
+    return PodResources(total, tuple(containers))
+
+
+def format_quantity(value: Fraction | None, resource: str) -> str | None:
+    """A canonical Kubernetes quantity: ``32``, ``500m`` for CPU; ``256Gi`` for memory."""
+    if value is None:
+        return None
+    if resource == "memory" or resource.startswith("hugepages-") or resource == "ephemeral-storage":
+        for suffix, size in (
+            ("Ei", 2**60),
+            ("Pi", 2**50),
+            ("Ti", 2**40),
+            ("Gi", 2**30),
+            ("Mi", 2**20),
+            ("Ki", 2**10),
+        ):
+            if value >= size and (value / size).denominator == 1:
+                return f"{value // size}{suffix}"
+        if value.denominator == 1:
+            return str(value.numerator)
+    if value.denominator == 1:
+        return str(value.numerator)
+    milli = value * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    return f"{float(value):.6g}"
+
+
+def keyed_container_path(res: ContainerResources) -> tuple[PathPart, ...]:
+    """``spec.containers[name=node]`` for messages that do not go through a job's origin."""
+    return ("spec", res.list_field, Key("name", res.name))
+
+
+def sum_by_resource(items: Iterable[tuple[int, Mapping[str, Fraction]]]) -> dict[str, Fraction]:
+    """Σ pods × per-pod, by resource."""
+    total: dict[str, Fraction] = {}
+    for pods, per_pod in items:
+        for name, value in per_pod.items():
+            total[name] = total.get(name, Fraction(0)) + pods * value
+    return total

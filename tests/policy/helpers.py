@@ -1,0 +1,98 @@
+"""Shared helpers for the engine tests: the example org, the fixture org, and one-line evaluation."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mpigate.config import Config, load
+from mpigate.policy import AdmissionInput, Decision, LiveContext, UserInfo, evaluate
+from tests.conftest import FIXTURES, REPO, TODAY
+
+NOW = dt.datetime.combine(TODAY, dt.time(12), tzinfo=dt.UTC)
+EXAMPLES = REPO / "examples"
+
+
+def example_org() -> Config:
+    return load(REPO, revision="test", today=TODAY)
+
+
+def fixture_org() -> Config:
+    return load(FIXTURES / "config" / "base", revision="test", today=TODAY)
+
+
+def read(path: Path | str) -> dict[str, Any]:
+    """The first document of a YAML file (relative paths: under examples/)."""
+    full = Path(path) if Path(path).is_absolute() else EXAMPLES / path
+    doc = next(d for d in yaml.safe_load_all(full.read_text(encoding="utf-8")) if d)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def decide(
+    config: Config,
+    obj: Mapping[str, Any] | None,
+    *,
+    operation: str = "CREATE",
+    old: Mapping[str, Any] | None = None,
+    live: LiveContext | None = None,
+    now: dt.datetime = NOW,
+    namespace: str | None = None,
+    user: str = "maria@acme.example",
+) -> Decision:
+    source = obj if obj is not None else old
+    assert source is not None
+    meta = source.get("metadata") if isinstance(source.get("metadata"), dict) else {}
+    request = AdmissionInput(
+        operation=operation,  # type: ignore[arg-type]
+        kind=str(source.get("kind", "TrainJob")),
+        namespace=namespace if namespace is not None else meta.get("namespace"),
+        name=str(meta.get("name", "")),
+        obj=obj,
+        old_obj=old,
+        user=UserInfo(user, ("nlp-team-scientists",)),
+    )
+    return evaluate(config, request, live, now)
+
+
+def trainjob(namespace: str = "nlp-team", name: str = "job", **spec: Any) -> dict[str, Any]:
+    """A well-formed TrainJob on the example org's approved runtime, with ``spec`` overrides."""
+    body: dict[str, Any] = {
+        "runtimeRef": {"name": "mpi-openmpi-gpu"},
+        "trainer": {
+            "numNodes": 2,
+            "image": "registry.acme.internal/nlp/llm-train:1.4.2",
+            "resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}},
+        },
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"mpigate.io/cost-center": "cc-1"}},
+        "spec": body,
+    }
+
+
+def runtime_patch(
+    manager: str, job: str, pod_spec: Mapping[str, Any], metadata: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    template: dict[str, Any] = {"spec": dict(pod_spec)}
+    if metadata is not None:
+        template["metadata"] = dict(metadata)
+    return {
+        "manager": manager,
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {"replicatedJobs": [{"name": job, "template": {"spec": {"template": template}}}]}
+            }
+        },
+    }
+
+
+def ids(decision: Decision, *, denying: bool = False) -> set[str]:
+    return {v.rule for v in decision.violations if v.denies or not denying}

@@ -1,0 +1,148 @@
+"""mpigate diff: object-level changes against a rendered directory or a git revision."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mpigate.cli import cli
+from mpigate.render import Rendering, diff_objects, rendering_objects
+from tests.conftest import REPO
+
+FOLDERS = ("policies", "quotas", "rbac", "networkpolicies", "examples")
+
+
+def _org(tmp_path: Path) -> Path:
+    tree = tmp_path / "org"
+    for folder in FOLDERS:
+        shutil.copytree(REPO / folder, tree / folder)
+    return tree
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def test_no_change_against_itself(example_rendering: Rendering) -> None:
+    objects = rendering_objects(example_rendering)
+    assert diff_objects(objects, objects) == []
+
+
+def test_changed_added_and_removed_objects(example_rendering: Rendering) -> None:
+    old = rendering_objects(example_rendering)
+    new = [(f, dict(o)) for f, o in old if o["kind"] != "Cohort"]
+    cq = next(o for _, o in new if o["kind"] == "ClusterQueue" and o["metadata"]["name"] == "nlp-team")
+    cq["spec"] = dict(cq["spec"], queueingStrategy="StrictFIFO")
+    new.append(
+        (
+            "cluster/extra.yaml",
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "y"}},
+        )
+    )
+    changes = diff_objects(old, new)
+    assert [(c.change, str(c.key)) for c in changes] == [
+        ("changed", "ClusterQueue nlp-team (kueue.x-k8s.io/v1beta2)"),
+        ("removed", "Cohort research-pool (kueue.x-k8s.io/v1beta2)"),
+        ("added", "ConfigMap y/x (v1)"),
+    ]
+    changed = changes[0].diff.splitlines()
+    assert changed[:2] == ["--- a/cluster/clusterqueues.yaml", "+++ b/cluster/clusterqueues.yaml"]
+    assert "-  queueingStrategy: BestEffortFIFO" in changed and "+  queueingStrategy: StrictFIFO" in changed
+    assert changes[1].diff.splitlines()[1] == "+++ /dev/null"
+    assert changes[2].diff.splitlines()[0] == "--- /dev/null"
+
+
+def test_the_revision_alone_is_no_change_unless_asked(example_rendering: Rendering) -> None:
+    old = rendering_objects(example_rendering)
+    new = []
+    for file, obj in old:
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == "mpigate-config":
+            obj = dict(obj, data=dict(obj["data"], **{".mpigate-revision": "other\n"}))
+            obj["metadata"] = dict(obj["metadata"], annotations={"mpigate.io/revision": "other"})
+        new.append((file, obj))
+    assert diff_objects(old, new) == []
+    assert [c.change for c in diff_objects(old, new, ignore_revision=False)] == ["changed"]
+
+
+def test_cli_diff_against_a_rendered_directory(tmp_path: Path) -> None:
+    tree = _org(tmp_path)
+    runner = CliRunner()
+    deploy = tmp_path / "deploy"
+    assert runner.invoke(cli, ["render", str(tree), "-o", str(deploy)]).exit_code == 0
+    same = runner.invoke(cli, ["diff", str(tree), "--against", str(deploy)])
+    assert same.exit_code == 0, same.output
+    assert same.output.strip().endswith("0 changed, 0 added, 0 removed")
+
+    _edit(tree / "quotas" / "research-team.yaml", "maxConcurrentJobs: 2", "maxConcurrentJobs: 3")
+    changed = runner.invoke(cli, ["diff", str(tree), "--against", str(deploy)])
+    assert changed.exit_code == 1, changed.output
+    assert "~ ClusterQueue research-team (kueue.x-k8s.io/v1beta2)" in changed.output
+    assert "~ ResourceQuota research/mpigate-team-quota (v1)" in changed.output
+    # maxStoredJobs defaults to 4 × maxConcurrentJobs
+    assert "-    count/trainjobs.trainer.kubeflow.org: '8'" in changed.output
+    assert "+    count/trainjobs.trainer.kubeflow.org: '12'" in changed.output
+    assert changed.output.strip().endswith("3 changed, 0 added, 0 removed")  # + the config bundle
+
+    as_json = runner.invoke(cli, ["diff", str(tree), "--against", str(deploy), "-o", "json"])
+    data = json.loads(as_json.output)
+    assert (data["changed"], data["added"], data["removed"]) == (3, 0, 0)
+    assert {c["kind"] for c in data["changes"]} == {"ClusterQueue", "ResourceQuota", "ConfigMap"}
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def git_org(tmp_path: Path) -> Path:
+    if shutil.which("git") is None:
+        reason = "git is not installed (the Makefile's DEB_PACKAGES installs it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    repo = tmp_path / "config-repo"
+    repo.mkdir()
+    tree = repo / "org"  # the config tree lives in a subfolder of the repository
+    for folder in FOLDERS:
+        shutil.copytree(REPO / folder, tree / folder)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "base")
+    return tree
+
+
+def test_cli_diff_against_a_git_ref(git_org: Path) -> None:
+    runner = CliRunner()
+    clean = runner.invoke(cli, ["diff", str(git_org), "--against", "HEAD"])
+    assert clean.exit_code == 0, clean.output
+    _edit(git_org / "quotas" / "nlp-team.yaml", "  cohort: research-pool\n", "")
+    (git_org / "quotas" / "new-team.yaml").write_text(
+        (git_org / "quotas" / "research-team.yaml")
+        .read_text()
+        .replace("research-team", "new-team")
+        .replace("[research]", "[new-ns]"),
+        encoding="utf-8",
+    )
+    result = runner.invoke(cli, ["diff", str(git_org), "--against", "main"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert "+ ClusterQueue new-team (kueue.x-k8s.io/v1beta2)" in lines
+    assert "+ Namespace new-ns (v1)" in lines
+    assert "~ ClusterQueue nlp-team (kueue.x-k8s.io/v1beta2)" in lines
+    assert "-  cohortName: research-pool" in lines
+    assert "-        borrowingLimit: 0" in lines  # no cohort: no borrowing limits
+
+
+def test_cli_diff_with_an_unknown_ref_is_a_clean_error(git_org: Path) -> None:
+    result = CliRunner().invoke(cli, ["diff", str(git_org), "--against", "no-such-ref"])
+    assert result.exit_code == 2
+    assert "error:" in result.output and "git rev-parse" in result.output
+    assert "Traceback" not in result.output

@@ -1,0 +1,207 @@
+"""webhooks/: the install base agrees with the server's routes, builds as kustomize would, and its
+matchConditions exclude exactly the identities they should."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cel
+import pytest
+import yaml
+
+from mpigate.admission import routes
+from mpigate.render import read_objects
+from tests.conftest import REPO
+
+WEBHOOKS = REPO / "webhooks"
+
+
+def _objects() -> list[dict]:
+    return [o for _, o in read_objects(WEBHOOKS)]
+
+
+def _one(kind: str, name: str) -> dict:
+    found = [o for o in _objects() if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, (kind, name)
+    return found[0]
+
+
+def _kustomize_files(directory: Path) -> list[Path]:
+    """Every resource file a kustomization pulls in (recursively through directories)."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
+    files: list[Path] = []
+    for entry in kustomization["resources"]:
+        path = directory / entry
+        assert path.exists(), f"{directory}/kustomization.yaml lists missing {entry}"
+        files += _kustomize_files(path) if path.is_dir() else [path]
+    return files
+
+
+def test_kustomizations_include_every_manifest_once() -> None:
+    included = _kustomize_files(WEBHOOKS)
+    assert len(included) == len(set(included))
+    manifests = {p for p in WEBHOOKS.rglob("*.yaml") if p.name != "kustomization.yaml"}
+    assert set(included) == manifests
+    base = {p.name for p in _kustomize_files(WEBHOOKS / "base")}
+    assert "certificates.yaml" not in base  # base/ alone works without cert-manager
+
+
+def _webhooks() -> list[tuple[str, dict]]:
+    mutating = _one("MutatingWebhookConfiguration", "mpigate")
+    validating = _one("ValidatingWebhookConfiguration", "mpigate")
+    return [("mutate", w) for w in mutating["webhooks"]] + [("validate", w) for w in validating["webhooks"]]
+
+
+def test_webhook_paths_operations_and_resources_match_the_server_routes() -> None:
+    paths = {"mutate": routes.MUTATE_PATH, "validate": routes.VALIDATE_PATH}
+    seen: dict[str, set[tuple[str, str, str, str]]] = {"mutate": set(), "validate": set()}
+    for role, webhook in _webhooks():
+        service = webhook["clientConfig"]["service"]
+        assert service == {
+            "namespace": "mpigate-system",
+            "name": "mpigate-webhook",
+            "path": paths[role],
+            "port": 443,
+        }
+        for rule in webhook["rules"]:
+            assert rule["operations"] == list(routes.WEBHOOK_OPERATIONS[role])
+            for group in rule["apiGroups"]:
+                for version in rule["apiVersions"]:
+                    for resource in rule["resources"]:
+                        seen[role].add((group, version, resource, rule["scope"]))
+    known = {
+        (g, v, r, "Namespaced" if namespaced else "Cluster") for g, v, r, _, namespaced in routes.RESOURCES
+    }
+    assert seen["validate"] == known
+    assert seen["mutate"] == {("trainer.kubeflow.org", "v1alpha1", "trainjobs", "Namespaced")}
+
+
+def test_webhook_settings() -> None:
+    for role, webhook in _webhooks():
+        assert webhook["sideEffects"] == "None"
+        assert webhook["admissionReviewVersions"] == ["v1"]
+        assert webhook["failurePolicy"] == "Fail"
+        assert webhook["timeoutSeconds"] > 2  # the server answers within its 2 s deadline
+        if role == "mutate":
+            assert webhook["reinvocationPolicy"] == "IfNeeded"
+        namespaced = all(r["scope"] == "Namespaced" for r in webhook["rules"])
+        selector = webhook.get("namespaceSelector", {}).get("matchExpressions", [])
+        if namespaced:
+            assert any(e["key"] == "mpigate.io/team" for e in selector), webhook["name"]
+        else:
+            assert selector == [], "namespaceSelector does not apply to cluster-scoped resources"
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        annotations = _one(kind, "mpigate")["metadata"]["annotations"]
+        certificate = _one("Certificate", "mpigate-webhook-tls")
+        assert annotations["cert-manager.io/inject-ca-from"] == "mpigate-system/mpigate-webhook-tls"
+        assert certificate["spec"]["secretName"] == "mpigate-webhook-tls"
+        assert "mpigate-webhook.mpigate-system.svc" in certificate["spec"]["dnsNames"]
+
+
+def test_service_and_deployment_serve_the_routes_port_and_probes() -> None:
+    service = _one("Service", "mpigate-webhook")
+    deployment = _one("Deployment", "mpigate-webhook")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    port_names = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert service["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}
+    ]
+    assert port_names["https"] == routes.DEFAULT_PORT
+    args = container["args"]
+    assert args[0] == "serve"
+    assert args[args.index("--port") + 1] == str(routes.DEFAULT_PORT)
+    assert args[args.index("--config") + 1] == "/etc/mpigate/config"
+    assert args[args.index("--tls-cert") + 1] == "/etc/mpigate/tls/tls.crt"
+    assert args[args.index("--tls-key") + 1] == "/etc/mpigate/tls/tls.key"
+    assert args[args.index("--audit-dir") + 1] == "/var/lib/mpigate/audit"
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": routes.READYZ_PATH,
+        "port": "https",
+        "scheme": "HTTPS",
+    }
+    assert container["livenessProbe"]["httpGet"] == {
+        "path": routes.HEALTHZ_PATH,
+        "port": "https",
+        "scheme": "HTTPS",
+    }
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert (
+        mounts["config"] == "/etc/mpigate/config"
+        and volumes["config"]["configMap"]["name"] == "mpigate-config"
+    )
+    assert (
+        mounts["tls"] == "/etc/mpigate/tls"
+        and volumes["tls"]["secret"]["secretName"] == "mpigate-webhook-tls"
+    )
+    assert mounts["audit-key"] == "/etc/mpigate/audit-key"
+    assert mounts["audit"] == "/var/lib/mpigate/audit"
+    assert deployment["spec"]["replicas"] == 3
+    assert pod["affinity"]["podAntiAffinity"]
+    assert _one("PodDisruptionBudget", "mpigate-webhook")["spec"]["minAvailable"] == 2
+    controller = _one("Deployment", "mpigate-controller")
+    assert controller["spec"]["replicas"] == 2
+    assert controller["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        "controller",
+        "--config",
+        "/etc/mpigate/config",
+    ]
+
+
+def test_pods_run_restricted() -> None:
+    for name in ("mpigate-webhook", "mpigate-controller"):
+        pod = _one("Deployment", name)["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod["containers"]:
+            ctx = container["securityContext"]
+            assert ctx["allowPrivilegeEscalation"] is False
+            assert ctx["capabilities"] == {"drop": ["ALL"]}
+            assert ctx["readOnlyRootFilesystem"] is True
+            assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    labels = _one("Namespace", "mpigate-system")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert "mpigate.io/team" not in labels
+
+
+def _request(username: str, groups: list[str] | None) -> dict:
+    user: dict = {"username": username}
+    if groups is not None:
+        user["groups"] = groups
+    return {"userInfo": user, "operation": "CREATE", "namespace": "nlp-team"}
+
+
+@pytest.mark.parametrize(
+    ("username", "groups", "judged"),
+    [
+        ("maria@acme.example", ["nlp-team-scientists", "system:authenticated"], True),
+        (
+            "system:serviceaccount:nlp-team:nlp-pipeline",
+            ["system:serviceaccounts", "system:authenticated"],
+            True,
+        ),
+        ("system:serviceaccount:argocd:argocd-application-controller", ["system:serviceaccounts"], True),
+        ("anonymous-groupless@acme.example", None, True),
+        ("system:node:gpu-node-7", ["system:nodes", "system:authenticated"], False),
+        ("system:kube-controller-manager", ["system:authenticated"], False),
+        ("system:apiserver", ["system:masters"], False),
+        ("system:serviceaccount:kube-system:generic-garbage-collector", ["system:serviceaccounts"], False),
+        ("system:serviceaccount:kueue-system:kueue-controller-manager", ["system:serviceaccounts"], False),
+        (
+            "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",
+            ["system:serviceaccounts"],
+            False,
+        ),
+        ("system:serviceaccount:mpigate-system:mpigate-controller", ["system:serviceaccounts"], False),
+        ("someone", ["system:nodes"], False),
+    ],
+)
+def test_match_conditions_exclude_system_identities_but_keep_pipelines(
+    username: str, groups, judged: bool
+) -> None:
+    request = _request(username, groups)
+    for _, webhook in _webhooks():
+        results = [cel.evaluate(c["expression"], {"request": request}) for c in webhook["matchConditions"]]
+        assert all(isinstance(r, bool) for r in results)
+        assert all(results) is judged, (webhook["name"], username, results)
