@@ -36,6 +36,64 @@ step "... and for a denied one"
 if mpigate explain examples/trainjobs/deny-over-quota.yaml; then echo "unexpected: the job was allowed"; exit 1; fi
 echo "(exit status 1: denied, with the numbers and the fix)"
 
+step "Render the example org into manifests for Argo CD / Flux (build/deploy/)"
+mkdir -p build
+mpigate render . -o build/deploy
+echo "(per directory: the objects written, by kind; kustomization.yaml at each level)"
+
+step "What a quota change would do in the cluster (mpigate diff, as in a pull request)"
+rm -rf build/demo-diff && mpigate init build/demo-diff --example >/dev/null
+mpigate render build/demo-diff -o build/demo-diff-deploy >/dev/null
+sed -i 's/nominal: 16/nominal: 20/' build/demo-diff/quotas/nlp-team.yaml
+if mpigate diff build/demo-diff --against build/demo-diff-deploy; then echo "unexpected: no change"; exit 1; fi
+echo "(exit status 1: the render would change these objects)"
+
+step "The admission webhook: generate certificates, start it, replay every example through it"
+rm -rf build/demo-webhook && mkdir -p build/demo-webhook
+# A CA and a serving certificate (in a cluster without cert-manager these go into a Secret and
+# the caBundle into the webhook configurations); 127.0.0.1 is added for this local run.
+mpigate certs --out build/demo-webhook/certs --extra-name 127.0.0.1 > build/demo-webhook/ca-bundle
+mpigate audit keygen --method hmac-sha256 build/demo-webhook/audit.key > /dev/null
+mpigate serve --config . --host 127.0.0.1 --port 0 --no-live \
+  --tls-cert build/demo-webhook/certs/tls.crt --tls-key build/demo-webhook/certs/tls.key \
+  --audit-dir build/demo-webhook/audit --audit-key build/demo-webhook/audit.key \
+  2> build/demo-webhook/server.log &
+server_pid=$!
+trap 'kill "$server_pid" 2>/dev/null || true' EXIT
+url=""
+for _ in $(seq 1 100); do
+  url=$(python3 -c 'import json,sys
+for line in open(sys.argv[1]):
+    if "\"listening\"" in line: print(json.loads(line)["url"]); break' build/demo-webhook/server.log 2>/dev/null || true)
+  [ -n "$url" ] && break
+  kill -0 "$server_pid" 2>/dev/null || { cat build/demo-webhook/server.log; exit 1; }
+  sleep 0.1
+done
+[ -n "$url" ] || { echo "the webhook did not start"; cat build/demo-webhook/server.log; exit 1; }
+echo "webhook listening on $url (log: build/demo-webhook/server.log)"
+echo
+echo "\$ mpigate review examples/trainjobs examples/runtimes --server $url --ca .../ca.crt"
+status=0
+mpigate review examples/trainjobs examples/runtimes --server "$url" --ca build/demo-webhook/certs/ca.crt \
+  --user maria --group nlp-team-scientists || status=$?
+echo "(exit status $status: 1 means some objects were denied, as their '# expect:' headers say)"
+[ "$status" -le 1 ] || exit 1
+
+step "What the webhook counted, then a graceful stop (SIGTERM) and the audit trail it wrote"
+python3 - "$url" build/demo-webhook/certs/ca.crt <<'PY'
+import ssl, sys, urllib.request
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+text = urllib.request.urlopen(sys.argv[1] + "/metrics", context=ctx).read().decode()
+for line in text.splitlines():
+    if line.startswith(("mpigate_admission_requests_total{", "mpigate_config_info")):
+        print(line)
+PY
+kill -TERM "$server_pid"
+wait "$server_pid" || true
+trap - EXIT
+grep -c '"event": "review"' build/demo-webhook/server.log | xargs echo "reviews logged:"
+mpigate audit verify build/demo-webhook/audit --key build/demo-webhook/audit.key
+
 step "The pinned-ports profile with real OpenMPI: preflight under mpirun, every TCP port observed"
 mpigate preflight --local -np 4 --profile pinned-ports --config .
 
@@ -53,15 +111,3 @@ print(f"preflight verdict {verdict}, but {len(outside)} sockets outside the pinn
 for process, family, local in listeners[:6]:
     print(f"  {process:7} {family} LISTEN {local}")
 '
-
-step "6. Render the example org into manifests for Argo CD / Flux (build/deploy/)"
-mkdir -p build
-mpigate render . -o build/deploy
-echo "(per directory: the objects written, by kind; kustomization.yaml at each level)"
-
-step "7. What a quota change would do in the cluster (mpigate diff, as in a pull request)"
-rm -rf build/demo-diff && mpigate init build/demo-diff --example >/dev/null
-mpigate render build/demo-diff -o build/demo-diff-deploy >/dev/null
-sed -i 's/nominal: 16/nominal: 20/' build/demo-diff/quotas/nlp-team.yaml
-if mpigate diff build/demo-diff --against build/demo-diff-deploy; then echo "unexpected: no change"; exit 1; fi
-echo "(exit status 1: the render would change these objects)"

@@ -214,7 +214,6 @@ def test_real_engine_decisions_leave_no_secret_in_the_files(tmp_path):
     """The engine's own decisions (mutate and validate) on secret-laden TrainJobs of the example org."""
     from mpigate.config import load
     from mpigate.policy import evaluate
-
     from tests.conftest import REPO, TODAY
 
     config = load(REPO, revision="test", today=TODAY)

@@ -1,0 +1,339 @@
+"""Closed-loop load on the admission webhook over TLS on loopback, next to a no-op responder.
+
+Targets, each a server in its own process on 127.0.0.1 with the same TLS settings:
+
+- ``noop``: an aiohttp app that decodes the AdmissionReview and answers ``allowed`` (the
+  floor: HTTP + TLS + JSON);
+- ``mpigate``: ``mpigate serve`` on the example org (every rule, JSON logs);
+- ``mpigate+audit``: the same, writing the hash-chained audit trail (group-committed fsync).
+
+The load: every example TrainJob, as the API server sends it — ``/mutate`` with the object, then
+``/validate`` with the patched object (the pairs are prepared once through the server). Client
+processes each hold keep-alive connections and run closed loops (send, wait, send); the
+concurrency is split over them so that one Python client does not become the bottleneck.
+
+    .venv/bin/python benchmarks/webhook_load.py [--seconds 5] [--concurrency 1,10,50]
+
+Prints throughput, latency percentiles and errors per target and concurrency, then the goals
+(zero errors; p99 ≤ 15 ms at concurrency 10; mpigate ≥ 50 % of the no-op throughput).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mpigate.admission.certs import issue_certificates
+from mpigate.admission.client import ReviewClient, apply_review_patch, make_review
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------- no-op responder
+
+
+def run_noop(port_file: str, cert: str, key: str) -> None:
+    """The baseline server: decode, answer allowed (same TLS context as mpigate)."""
+    from aiohttp import web
+
+    from mpigate.admission.tls import server_context
+
+    async def review(request: web.Request) -> web.Response:
+        body = json.loads(await request.read())
+        uid = body["request"]["uid"]
+        answer = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": {"uid": uid, "allowed": True},
+        }
+        return web.json_response(answer)
+
+    async def main() -> None:
+        app = web.Application(client_max_size=3 * 1024 * 1024)
+        app.router.add_post("/mutate", review)
+        app.router.add_post("/validate", review)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context(Path(cert), Path(key)))
+        await site.start()
+        Path(port_file).write_text(str(runner.addresses[0][1]))
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        await runner.cleanup()
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------- load client
+
+
+async def _worker(port: int, ctx: ssl.SSLContext, requests: list[bytes], start: int, until: float,
+                  warmup_until: float, out: list[float], errors: list[str]) -> None:  # fmt: skip
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+    i = start
+    loop = asyncio.get_running_loop()
+    while True:
+        now = loop.time()
+        if now >= until:
+            break
+        payload = requests[i % len(requests)]
+        i += 1
+        t0 = time.perf_counter()
+        try:
+            writer.write(payload)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            body = await reader.readexactly(length)
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+            writer.close()
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=ctx, server_hostname="localhost"
+            )
+            continue
+        elapsed = time.perf_counter() - t0
+        if status != 200 or b'"response"' not in body:
+            errors.append(f"HTTP {status}: {body[:200]!r}")
+            continue
+        if now >= warmup_until:
+            out.append(elapsed)
+    writer.close()
+
+
+def run_client(port: int, ca: str, requests: list[bytes], workers: int, offset: int, seconds: float,
+               warmup: float, queue: Any) -> None:  # fmt: skip
+    ctx = ssl.create_default_context(cafile=ca)
+
+    async def main() -> tuple[list[float], list[str]]:
+        loop = asyncio.get_running_loop()
+        warmup_until = loop.time() + warmup
+        until = warmup_until + seconds
+        latencies: list[float] = []
+        errors: list[str] = []
+        await asyncio.gather(
+            *(
+                _worker(port, ctx, requests, offset + w * 7, until, warmup_until, latencies, errors)
+                for w in range(workers)
+            )
+        )
+        return latencies, errors
+
+    queue.put(asyncio.run(main()))
+
+
+def http_request(path: str, review: dict[str, Any]) -> bytes:
+    body = json.dumps(review).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def prepare_requests(url: str, ca: str) -> list[bytes]:
+    """/mutate + /validate pairs for every example TrainJob, as the API server would send them."""
+    client = ReviewClient(url, ca_file=ca)
+    out: list[bytes] = []
+    try:
+        for path in sorted((REPO / "examples" / "trainjobs").glob("*.yaml")):
+            obj = yaml.safe_load(path.read_text())
+            mutate = make_review(obj)
+            status, answer = client.post("/mutate", mutate)
+            assert status == 200, answer
+            patched = apply_review_patch(mutate["request"]["object"], answer["response"])
+            out.append(http_request("/mutate", mutate))
+            out.append(http_request("/validate", make_review(patched)))
+    finally:
+        client.close()
+    return out
+
+
+def measure(port: int, ca: str, requests: list[bytes], concurrency: int, procs: int, seconds: float,
+            warmup: float) -> dict[str, Any]:  # fmt: skip
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    nproc = max(1, min(procs, concurrency))
+    shares = [concurrency // nproc + (1 if i < concurrency % nproc else 0) for i in range(nproc)]
+    children = [
+        ctx.Process(target=run_client, args=(port, ca, requests, share, i * 101, seconds, warmup, queue))
+        for i, share in enumerate(shares)
+    ]
+    for child in children:
+        child.start()
+    latencies: list[float] = []
+    errors: list[str] = []
+    for _ in children:
+        lat, err = queue.get(timeout=seconds + warmup + 60)
+        latencies.extend(lat)
+        errors.extend(err)
+    for child in children:
+        child.join()
+    latencies.sort()
+
+    def pct(p: float) -> float:
+        return (
+            latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))] * 1000
+            if latencies
+            else float("nan")
+        )
+
+    return {
+        "concurrency": concurrency,
+        "requests": len(latencies),
+        "rps": len(latencies) / seconds,
+        "p50": pct(50),
+        "p95": pct(95),
+        "p99": pct(99),
+        "mean": statistics.fmean(latencies) * 1000 if latencies else float("nan"),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else "",
+    }
+
+
+# ----------------------------------------------------------------------------------- the servers
+
+
+def wait_port(port_file: Path, proc: subprocess.Popen[bytes], timeout: float = 30) -> int:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if port_file.exists() and port_file.read_text().strip():
+            return int(port_file.read_text())
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        time.sleep(0.05)
+    raise RuntimeError("server did not start")
+
+
+def start_mpigate(tmp: Path, cert: Path, key: Path, audit: bool) -> tuple[subprocess.Popen[bytes], int]:
+    log_path = tmp / f"mpigate{'-audit' if audit else ''}.log"
+    args = [
+        sys.executable, "-m", "mpigate", "serve", "--config", str(REPO), "--tls-cert", str(cert),
+        "--tls-key", str(key), "--host", "127.0.0.1", "--port", "0", "--no-live",
+    ]  # fmt: skip
+    if audit:
+        keyfile = tmp / "audit.key"
+        keyfile.write_bytes(__import__("base64").b64encode(os.urandom(32)) + b"\n")
+        args += ["--audit-dir", str(tmp / "audit"), "--audit-key", str(keyfile)]
+    with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(args, stderr=log, stdout=subprocess.DEVNULL)
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        text = log_path.read_text(errors="replace")
+        for line in text.splitlines():
+            if '"event": "listening"' in line:
+                return proc, int(json.loads(line)["port"])
+        if proc.poll() is not None:
+            raise RuntimeError(f"mpigate exited with {proc.returncode}: {text[-2000:]}")
+        time.sleep(0.05)
+    raise RuntimeError("mpigate did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per level")
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--concurrency", default="1,10,50")
+    parser.add_argument("--client-procs", type=int, default=2, help="load generator processes")
+    parser.add_argument("--targets", default="noop,mpigate,mpigate+audit")
+    args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    targets = args.targets.split(",")
+
+    tmp = Path(tempfile.mkdtemp(prefix="mpigate-bench-"))
+    issued = issue_certificates(tmp / "certs", service="bench", namespace="bench", extra_names=("localhost",))
+    ca = str(issued.ca_cert)
+    results: dict[str, list[dict[str, Any]]] = {}
+    requests: list[bytes] | None = None
+    print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; {args.seconds:g} s per level "
+          f"after {args.warmup:g} s warm-up; {args.client_procs} client processes")  # fmt: skip
+    try:
+        for target in targets:
+            if target == "noop":
+                port_file = tmp / "noop.port"
+                proc: subprocess.Popen[bytes] = subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--noop-server",
+                        str(port_file),
+                        str(issued.tls_cert),
+                        str(issued.tls_key),
+                    ]
+                )
+                port = wait_port(port_file, proc)
+            else:
+                proc, port = start_mpigate(
+                    tmp, issued.tls_cert, issued.tls_key, audit=target.endswith("audit")
+                )
+            try:
+                if requests is None:
+                    if target == "noop":  # the pairs are prepared through mpigate itself
+                        helper, hport = start_mpigate(tmp, issued.tls_cert, issued.tls_key, audit=False)
+                        requests = prepare_requests(f"https://localhost:{hport}", ca)
+                        helper.send_signal(signal.SIGTERM)
+                        helper.wait(30)
+                    else:
+                        requests = prepare_requests(f"https://localhost:{port}", ca)
+                    print(f"load: {len(requests)} requests (/mutate + /validate of "
+                          f"{len(requests) // 2} example TrainJobs), cycled")  # fmt: skip
+                results[target] = [
+                    measure(port, ca, requests, c, args.client_procs, args.seconds, args.warmup)
+                    for c in levels
+                ]
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print()
+    print(f"{'target':<14} {'conc':>4} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>7}")
+    for target, rows in results.items():
+        for row in rows:
+            figures = f"{row['rps']:>8.0f} {row['p50']:>8.2f} {row['p95']:>8.2f} {row['p99']:>8.2f}"
+            print(f"{target:<14} {row['concurrency']:>4} {figures} {row['errors']:>7}")
+            if row["first_error"]:
+                print(f"{'':<14} first error: {row['first_error']}")
+    if "noop" in results and "mpigate" in results:
+        print()
+        print("goals:")
+        errors = sum(r["errors"] for rows in results.values() for r in rows)
+        print(f"  zero errors:                           {'met' if errors == 0 else 'NOT met'} ({errors})")
+        by_c = {r["concurrency"]: r for r in results["mpigate"]}
+        noop_c = {r["concurrency"]: r for r in results["noop"]}
+        if 10 in by_c:
+            p99 = by_c[10]["p99"]
+            print(
+                f"  p99 <= 15 ms at concurrency 10:        {'met' if p99 <= 15 else 'NOT met'} ({p99:.2f} ms)"
+            )
+        for c in levels:
+            ratio = by_c[c]["rps"] / noop_c[c]["rps"] if noop_c[c]["rps"] else float("nan")
+            verdict = "met" if ratio >= 0.5 else "NOT met"
+            print(f"  throughput >= 50% of no-op at c={c:<3}:   {verdict} ({ratio:.0%})")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--noop-server":
+        run_noop(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        main()

@@ -1,0 +1,436 @@
+"""Live cluster context for quota rules MPG-Q007/MPG-Q008, read within a budget.
+
+Two sources, each with the access pattern that suits it:
+
+- **Active TrainJobs** per namespace come from a watch-backed cache (:class:`TrainJobCache`):
+  one LIST, then a WATCH from its ``resourceVersion`` (bookmarks on), re-watching from the last
+  seen version when the server ends the stream and relisting on ``410 Gone``. A lookup is a
+  dictionary read; counting every admission with a LIST would load the API server.
+- **The team's Kueue ClusterQueue** (spec quota, ``status.flavorsReservation``) is read with a
+  GET through the LocalQueue the job is submitted to, cached briefly so that a burst of
+  submissions costs one request. Kueue updates reservations continuously; a watch of every
+  ClusterQueue would deliver far more than the webhook needs.
+
+Every lookup is bounded by the caller's budget. What cannot be read in time is reported in
+:attr:`LiveContext.unavailable_reason`; the engine then judges on static config only, and the
+server adds the warning ``live quota context unavailable: ...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Final, Protocol, TypeVar
+
+from mpigate.config import Config, parse_quantity
+from mpigate.policy.decision import AdmissionInput, LiveContext
+
+from .kube import KubeClient, KubeError
+from .logjson import fields
+
+__all__ = [
+    "KubeLiveSource",
+    "KueueReader",
+    "LiveSource",
+    "QueueUsage",
+    "TrainJobCache",
+    "is_active",
+]
+
+log = logging.getLogger(__name__)
+
+TRAINER_API: Final = "/apis/trainer.kubeflow.org/v1alpha1"
+TRAINJOBS_PATH: Final = f"{TRAINER_API}/trainjobs"
+KUEUE_API: Final = "/apis/kueue.x-k8s.io/v1beta2"
+QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+FINISHED_CONDITIONS: Final = ("Complete", "Failed")
+
+ErrorHook = Callable[[str, str], None]
+T = TypeVar("T")
+
+
+async def _none() -> None:
+    return None
+
+
+class LiveSource(Protocol):
+    """Gives the live context for one request within ``timeout`` seconds."""
+
+    async def context(
+        self, config: Config, request: AdmissionInput, timeout: float
+    ) -> LiveContext | None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def is_active(obj: Mapping[str, Any]) -> bool:
+    """A TrainJob counts against ``maxConcurrentJobs`` until it is Complete or Failed (queued
+    and suspended jobs count: they hold a place in the team's queue) or being deleted."""
+    meta = obj.get("metadata") or {}
+    if isinstance(meta, dict) and meta.get("deletionTimestamp"):
+        return False
+    status = obj.get("status") or {}
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for cond in conditions or []:
+        if (
+            isinstance(cond, dict)
+            and cond.get("type") in FINISHED_CONDITIONS
+            and cond.get("status") == "True"
+        ):
+            return False
+    return True
+
+
+class TrainJobCache:
+    """Active TrainJobs per namespace, kept current by LIST + WATCH (an informer)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        path: str = TRAINJOBS_PATH,
+        on_error: ErrorHook | None = None,
+        watch_timeout: int = 300,
+        backoff: tuple[float, float] = (0.5, 30.0),
+    ) -> None:
+        self._client = client
+        self._path = path
+        self._on_error = on_error or (lambda source, reason: None)
+        self._watch_timeout = watch_timeout
+        self._backoff = backoff
+        self._active: dict[str, set[str]] = {}
+        self._rv = ""
+        self._synced = False
+        self.last_error: str | None = "not listed yet"
+        self.lists = 0  # how often the cache (re)listed, for tests and logs
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    def active_jobs(self, namespaces: tuple[str, ...], exclude: tuple[str, str] | None = None) -> int:
+        """Active TrainJobs in ``namespaces``, not counting ``exclude`` (namespace, name)."""
+        total = 0
+        for ns in namespaces:
+            names = self._active.get(ns, ())
+            total += len(names)
+            if exclude is not None and exclude[0] == ns and exclude[1] in names:
+                total -= 1
+        return total
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="mpigate-trainjob-cache")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _apply(self, obj: Mapping[str, Any], deleted: bool = False) -> None:
+        meta = obj.get("metadata") or {}
+        ns, name = meta.get("namespace"), meta.get("name")
+        if not isinstance(ns, str) or not isinstance(name, str):
+            return
+        names = self._active.setdefault(ns, set())
+        if not deleted and is_active(obj):
+            names.add(name)
+        else:
+            names.discard(name)
+
+    async def _list(self) -> None:
+        body = await self._client.get(self._path)
+        active: dict[str, set[str]] = {}
+        self._active = active
+        for item in body.get("items") or []:
+            if isinstance(item, dict):
+                self._apply(item)
+        self._rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        self._synced = True
+        self.last_error = None
+        self.lists += 1
+        log.debug("listed TrainJobs at resourceVersion %s", self._rv)
+
+    async def _watch(self) -> bool:
+        """Watch until the stream ends. Returns True to relist (410 Gone), False to re-watch."""
+        async for event in self._client.watch(self._path, self._rv, timeout_seconds=self._watch_timeout):
+            kind = event.get("type")
+            obj = event.get("object")
+            if not isinstance(obj, dict):
+                continue
+            if kind == "ERROR":
+                code = obj.get("code")
+                if code == 410:
+                    log.info("TrainJob watch expired (410 Gone at %s): relisting", self._rv)
+                    return True
+                raise KubeError(f"WATCH {self._path}: {obj.get('message') or 'error event'}", status=code)
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if isinstance(rv, str) and rv:
+                self._rv = rv
+            if kind in ("ADDED", "MODIFIED"):
+                self._apply(obj)
+            elif kind == "DELETED":
+                self._apply(obj, deleted=True)
+            # BOOKMARK: only the resourceVersion moves.
+        return False
+
+    async def _run(self) -> None:
+        delay = self._backoff[0]
+        relist = True
+        while True:
+            try:
+                if relist:
+                    await self._list()
+                    relist = False
+                started = self._rv
+                relist = await self._watch()
+                if relist and self._rv == started:
+                    # Gone again right after a fresh LIST: do not hammer the API server.
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self._backoff[1])
+                else:
+                    delay = self._backoff[0]
+            except asyncio.CancelledError:
+                raise
+            except KubeError as exc:
+                self._fail(str(exc), exc.kind)
+                relist = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._backoff[1])
+            except Exception as exc:  # never let the cache task die silently
+                log.exception("TrainJob cache failed")
+                self._fail(f"{type(exc).__name__}: {exc}", "internal")
+                relist = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._backoff[1])
+
+    def _fail(self, message: str, reason: str) -> None:
+        # Counts may have drifted while the watch was down: stop answering from them until a
+        # fresh LIST succeeded.
+        self._synced = False
+        self.last_error = message
+        self._on_error("trainjobs", reason)
+        log.warning("TrainJob cache: %s", message, extra=fields(event="live_error", source="trainjobs"))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueUsage:
+    """A ClusterQueue as read from the cluster, per flavor (GPU resource only)."""
+
+    cluster_queue: str
+    nominal: Mapping[str, int]
+    borrowing: Mapping[str, int]
+    in_use: Mapping[str, int]
+
+
+def _whole(value: Any) -> int:
+    try:
+        number = parse_quantity(value) if not isinstance(value, int) else Fraction(value)
+    except (ValueError, TypeError):
+        return 0
+    return int(number)
+
+
+def queue_usage(cq: Mapping[str, Any], gpu_resource_of: Callable[[str], str | None]) -> QueueUsage:
+    """GPU quota and reservation per flavor from a ClusterQueue object (v1beta1 or v1beta2)."""
+    nominal: dict[str, int] = {}
+    borrowing: dict[str, int] = {}
+    spec = cq.get("spec") or {}
+    for group in spec.get("resourceGroups") or []:
+        for flavor in (group or {}).get("flavors") or []:
+            name = (flavor or {}).get("name")
+            resource = gpu_resource_of(name) if isinstance(name, str) else None
+            for res in (flavor or {}).get("resources") or []:
+                if isinstance(name, str) and isinstance(res, dict) and res.get("name") == resource:
+                    nominal[name] = _whole(res.get("nominalQuota", 0))
+                    if "borrowingLimit" in res:
+                        borrowing[name] = _whole(res["borrowingLimit"])
+    status = cq.get("status") or {}
+    in_use: dict[str, int] = {}
+    rows = status.get("flavorsReservation") or status.get("flavorsUsage") or []
+    for row in rows:
+        name = (row or {}).get("name")
+        resource = gpu_resource_of(name) if isinstance(name, str) else None
+        for res in (row or {}).get("resources") or []:
+            if isinstance(name, str) and isinstance(res, dict) and res.get("name") == resource:
+                in_use[name] = _whole(res.get("total", 0))
+    for name in nominal:
+        in_use.setdefault(name, 0)
+    meta = cq.get("metadata") or {}
+    return QueueUsage(str(meta.get("name", "")), nominal, borrowing, in_use)
+
+
+class KueueReader:
+    """Reads a team's ClusterQueue through the LocalQueue a job is submitted to."""
+
+    def __init__(
+        self, client: KubeClient, *, api: str = KUEUE_API, queue_ttl: float = 60.0, usage_ttl: float = 2.0
+    ) -> None:
+        self._client = client
+        self._api = api
+        self._queue_ttl = queue_ttl
+        self._usage_ttl = usage_ttl
+        self._queues: dict[tuple[str, str], tuple[float, str]] = {}
+        self._usage: dict[str, tuple[float, dict[str, Any]]] = {}
+
+    async def cluster_queue_of(self, namespace: str, local_queue: str) -> str:
+        key = (namespace, local_queue)
+        hit = self._queues.get(key)
+        if hit and time.monotonic() - hit[0] < self._queue_ttl:
+            return hit[1]
+        lq = await self._client.get(f"{self._api}/namespaces/{namespace}/localqueues/{local_queue}")
+        cq = (lq.get("spec") or {}).get("clusterQueue")
+        if not isinstance(cq, str) or not cq:
+            raise KubeError(
+                f"LocalQueue {namespace}/{local_queue} names no clusterQueue", reason="bad-response"
+            )
+        self._queues[key] = (time.monotonic(), cq)
+        return cq
+
+    async def cluster_queue(self, name: str) -> dict[str, Any]:
+        hit = self._usage.get(name)
+        if hit and time.monotonic() - hit[0] < self._usage_ttl:
+            return hit[1]
+        cq = await self._client.get(f"{self._api}/clusterqueues/{name}")
+        self._usage[name] = (time.monotonic(), cq)
+        return cq
+
+
+class RuntimeReader:
+    """Reads (Cluster)TrainingRuntimes approved as ``external`` (installed with Trainer, not kept
+    in the config tree), cached: runtimes change rarely."""
+
+    def __init__(self, client: KubeClient, *, ttl: float = 30.0) -> None:
+        self._client = client
+        self._ttl = ttl
+        self._cache: dict[tuple[str, str | None, str], tuple[float, dict[str, Any]]] = {}
+
+    async def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        key = (kind, namespace, name)
+        hit = self._cache.get(key)
+        if hit and time.monotonic() - hit[0] < self._ttl:
+            return hit[1]
+        if kind == "TrainingRuntime":
+            path = f"{TRAINER_API}/namespaces/{namespace}/trainingruntimes/{name}"
+        else:
+            path = f"{TRAINER_API}/clustertrainingruntimes/{name}"
+        manifest = await self._client.get(path)
+        self._cache[key] = (time.monotonic(), manifest)
+        return manifest
+
+
+def external_runtime(config: Config, request: AdmissionInput) -> tuple[str, str | None, str] | None:
+    """The (kind, namespace, name) of the runtime a TrainJob uses, when the org approved it as
+    external and the config tree does not carry its manifest; else None."""
+    spec = (request.obj or {}).get("spec")
+    ref = spec.get("runtimeRef") if isinstance(spec, dict) else None
+    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str):
+        return None
+    kind = ref.get("kind") or "ClusterTrainingRuntime"
+    if kind not in ("ClusterTrainingRuntime", "TrainingRuntime"):
+        return None
+    name: str = ref["name"]
+    if config.runtime(kind, name, request.namespace) is not None:
+        return None
+    approval = config.org.runtime_approval(name, kind)
+    if approval is None or not approval.external:
+        return None
+    return (kind, request.namespace if kind == "TrainingRuntime" else None, name)
+
+
+class KubeLiveSource:
+    """The live context from a Kubernetes API server (see the module docstring)."""
+
+    def __init__(
+        self, client: KubeClient, *, on_error: ErrorHook | None = None, kueue_api: str = KUEUE_API
+    ) -> None:
+        self.client = client
+        self._on_error = on_error or (lambda source, reason: None)
+        self.jobs = TrainJobCache(client, on_error=self._on_error)
+        self.kueue = KueueReader(client, api=kueue_api)
+        self.runtimes = RuntimeReader(client)
+
+    async def start(self) -> None:
+        self.jobs.start()
+
+    async def stop(self) -> None:
+        await self.jobs.stop()
+        await self.client.close()
+
+    async def context(self, config: Config, request: AdmissionInput, timeout: float) -> LiveContext | None:
+        """Live context for a TrainJob of a team namespace; None when none applies."""
+        if request.kind != "TrainJob" or not request.namespace:
+            return None
+        team = config.team_for_namespace(request.namespace)
+        if team is None:
+            return None
+        reasons: list[str] = []
+        active: int | None = None
+        if self.jobs.synced:
+            active = self.jobs.active_jobs(team.namespaces, exclude=(request.namespace, request.name))
+        else:
+            reasons.append(f"TrainJob counts not synced ({self.jobs.last_error})")
+        labels = ((request.obj or {}).get("metadata") or {}).get("labels") or {}
+        local_queue = labels.get(QUEUE_LABEL) if isinstance(labels.get(QUEUE_LABEL), str) else None
+        local_queue = local_queue or (team.queues[0] if team.queues else team.name)
+        runtime_key = external_runtime(config, request)
+        usage_read, runtime_read = await asyncio.gather(
+            self._bounded(self._usage(config, request.namespace, local_queue), timeout, "clusterqueue"),
+            self._bounded(self.runtimes.get(*runtime_key), timeout, "runtime") if runtime_key else _none(),
+        )
+        usage = usage_read if isinstance(usage_read, QueueUsage) else None
+        if isinstance(usage_read, str):
+            reasons.append(f"Kueue ClusterQueue {usage_read}")
+        runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] | None = None
+        if runtime_key is not None:
+            if isinstance(runtime_read, dict):
+                runtimes = {runtime_key: runtime_read}
+            else:
+                reasons.append(f"{runtime_key[0]} {runtime_key[2]} {runtime_read}")
+        return LiveContext(
+            active_jobs=active,
+            gpus_in_use=dict(usage.in_use) if usage else None,
+            nominal=dict(usage.nominal) if usage else None,
+            borrowing=dict(usage.borrowing) if usage else None,
+            source=f"cluster (ClusterQueue {usage.cluster_queue})" if usage else "cluster",
+            unavailable_reason="; ".join(reasons) or None,
+            runtimes=runtimes,
+        )
+
+    async def _bounded(self, lookup: Awaitable[T], timeout: float, source: str) -> T | str:
+        """The lookup's result, or why there is none (``not read within 200 ms``, the error)."""
+        try:
+            return await asyncio.wait_for(lookup, timeout)
+        except TimeoutError:
+            self._on_error(source, "timeout")
+            return f"not read within {timeout * 1000:.0f} ms"
+        except KubeError as exc:
+            self._on_error(source, exc.kind)
+            return f"not read: {exc}"
+
+    async def _usage(self, config: Config, namespace: str, local_queue: str) -> QueueUsage:
+        try:
+            cq_name = await self.kueue.cluster_queue_of(namespace, local_queue)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            # No such LocalQueue (yet): the team's ClusterQueue carries the team's name.
+            team = config.team_for_namespace(namespace)
+            cq_name = team.name if team else local_queue
+        cq = await self.kueue.cluster_queue(cq_name)
+
+        def gpu_resource_of(flavor: str) -> str | None:
+            known = config.flavors.get(flavor)
+            return known.gpu_resource if known else None
+
+        return queue_usage(cq, gpu_resource_of)

@@ -1,0 +1,105 @@
+"""Prometheus metrics of one server instance (a registry per app; no global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from mpigate.policy.decision import Decision
+
+__all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS", "Metrics"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+# Up to 10 s: beyond the webhook's timeoutSeconds, so that slow outliers stay visible.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+class Metrics:
+    """Every metric the webhook exports, registered in :attr:`registry` (one per server)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "mpigate_admission_requests",
+            "Admission reviews answered, by endpoint, kind, operation and decision "
+            "(allowed, allowed-with-warnings, denied, mutated, unchanged, invalid, error).",
+            ["endpoint", "kind", "operation", "decision"],
+            registry=r,
+        )
+        self.rule_hits = Counter(
+            "mpigate_rule_hits",
+            "Rule violations found at validation, by rule and mode (enforce, warn, audit, waived).",
+            ["rule", "mode"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "mpigate_admission_duration_seconds",
+            "Time to answer an admission review, by endpoint.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.bad_requests = Counter(
+            "mpigate_bad_requests",
+            "Requests that were not a valid AdmissionReview, by endpoint and reason.",
+            ["endpoint", "reason"],
+            registry=r,
+        )
+        self.live_errors = Counter(
+            "mpigate_live_lookup_errors",
+            "Failed or timed-out live cluster lookups, by source and reason.",
+            ["source", "reason"],
+            registry=r,
+        )
+        self.live_fallbacks = Counter(
+            "mpigate_live_context_fallbacks",
+            "Reviews judged on static config only because the live context was unavailable.",
+            registry=r,
+        )
+        self.deadline_exceeded = Counter(
+            "mpigate_deadline_exceeded",
+            "Reviews that hit the per-request deadline, by phase (live, evaluate, audit).",
+            ["phase"],
+            registry=r,
+        )
+        self.audit_errors = Counter(
+            "mpigate_audit_write_errors",
+            "Decisions whose audit record could not be written (answered with HTTP 500).",
+            registry=r,
+        )
+        self.config_reloads = Counter(
+            "mpigate_config_reloads", "Config versions loaded and swapped in.", registry=r
+        )
+        self.config_reload_failures = Counter(
+            "mpigate_config_reload_failures",
+            "Config changes rejected as invalid (the last good config keeps serving).",
+            registry=r,
+        )
+        self.config_info = Info("mpigate_config", "The config revision being served.", registry=r)
+        self.config_loaded_at = Gauge(
+            "mpigate_config_last_reload_timestamp_seconds",
+            "When the config being served was loaded (Unix time).",
+            registry=r,
+        )
+        self.tls_reloads = Counter(
+            "mpigate_tls_reloads",
+            "Serving certificate reloads, by result (ok, failed).",
+            ["result"],
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "mpigate_admission_in_flight", "Admission reviews being handled now.", registry=r
+        )
+
+    def count_rules(self, decision: Decision) -> None:
+        for violation in decision.violations:
+            mode = "waived" if violation.waived_by else violation.mode
+            self.rule_hits.labels(violation.rule, mode).inc()
+
+    def config_served(self, revision: str, loaded_at: float) -> None:
+        self.config_info.info({"revision": revision})
+        self.config_loaded_at.set(loaded_at)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,327 @@
+"""The aiohttp webhook server: routes, HTTP hygiene, lifecycle (reloads, graceful shutdown).
+
+``POST /mutate`` and ``POST /validate`` take AdmissionReview v1 bodies (``application/json``,
+at most ``max_body`` bytes); ``GET /healthz`` (the process is alive), ``GET /readyz`` (a config
+is loaded and the server is not draining) and ``GET /metrics`` (Prometheus). Every response
+carries ``X-Request-Id``; errors are JSON ``Status`` bodies, never tracebacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import re
+import signal
+import ssl
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from aiohttp import web
+
+from .kube import KubeClient, KubeConfig
+from .live import KubeLiveSource, LiveSource
+from .logjson import fields
+from .metrics import CONTENT_TYPE, Metrics
+from .recorder import DecisionRecorder
+from .reload import ConfigStore
+from .review import Stage
+from .routes import DEFAULT_PORT, HEALTHZ_PATH, METRICS_PATH, MUTATE_PATH, READYZ_PATH, VALIDATE_PATH
+from .service import AdmissionService, Evaluator, ServiceSettings, status_body
+from .tls import ReloadingTLS
+from .tracing import Tracing, make_tracing
+
+__all__ = ["DEFAULT_MAX_BODY", "ServeOptions", "WebhookServer", "build_app"]
+
+log = logging.getLogger("mpigate.admission.server")
+
+# The API server caps request bodies at 3 MiB (etcd's object limit is 1.5 MiB; an
+# AdmissionReview of an UPDATE carries the object twice).
+DEFAULT_MAX_BODY: Final = 3 * 1024 * 1024
+REQUEST_ID_HEADER: Final = "X-Request-Id"
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+SERVICE_KEY: Final = web.AppKey("service", AdmissionService)
+STATE_KEY: Final = web.AppKey("state", dict)
+MAX_BODY_KEY: Final = web.AppKey("max_body", int)
+REQUEST_ID_KEY: Final = web.RequestKey("request_id", str)
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _json(body: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(body=_dumps(body).encode(), status=status, content_type="application/json")
+
+
+@web.middleware
+async def _request_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    incoming = request.headers.get(REQUEST_ID_HEADER, "")
+    request_id = incoming if _SAFE_ID.match(incoming) else uuid.uuid4().hex
+    request[REQUEST_ID_KEY] = request_id
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:  # routing (404/405) and aiohttp's own limits
+        response = _json(status_body(exc.status, f"{exc.reason} (request id {request_id})"), exc.status)
+    except Exception:
+        log.exception("unhandled error", extra=fields(request_id=request_id, path=request.path))
+        response = _json(status_body(500, f"internal error (request id {request_id})"), 500)
+    response.headers[REQUEST_ID_HEADER] = request_id
+    return response
+
+
+def _bad(request: web.Request, stage: str, status: int, message: str, reason: str) -> web.Response:
+    service = request.app[SERVICE_KEY]
+    request_id = request[REQUEST_ID_KEY]
+    service.metrics.bad_requests.labels(stage, reason).inc()
+    log.warning(
+        "%s: %s",
+        request.path,
+        message,
+        extra=fields(event="bad_request", request_id=request_id, status=status, reason=reason, stage=stage),
+    )
+    return _json(status_body(status, f"{message} (request id {request_id})"), status)
+
+
+def _review_handler(stage: Stage) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        service = request.app[SERVICE_KEY]
+        max_body = request.app[MAX_BODY_KEY]
+        if request.content_type != "application/json":
+            shown = request.content_type or "none"
+            return _bad(
+                request, stage, 415, f"content type must be application/json, got {shown}", "content-type"
+            )
+        if request.content_length is not None and request.content_length > max_body:
+            return _bad(
+                request,
+                stage,
+                413,
+                f"body of {request.content_length} bytes exceeds {max_body} bytes",
+                "too-large",
+            )
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _bad(request, stage, 413, f"body exceeds {max_body} bytes", "too-large")
+        reply = await service.review(stage, body, request[REQUEST_ID_KEY])
+        return _json(reply.body, reply.status)
+
+    return handle
+
+
+async def _healthz(request: web.Request) -> web.StreamResponse:
+    return _json({"status": "ok"})
+
+
+async def _readyz(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE_KEY]
+    state = request.app[STATE_KEY]
+    loaded = service.store.current
+    if state.get("draining"):
+        return _json({"status": "draining"}, 503)
+    if loaded is None:
+        return _json({"status": "no config", "error": service.store.last_error}, 503)
+    if not service.recorder.healthy:
+        return _json({"status": "audit trail not writable"}, 503)
+    return _json({"status": "ready", "revision": loaded.revision})
+
+
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE_KEY]
+    body = await asyncio.to_thread(service.metrics.exposition)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+def build_app(service: AdmissionService, *, max_body: int = DEFAULT_MAX_BODY) -> web.Application:
+    """The aiohttp application for ``service``."""
+    app = web.Application(client_max_size=max_body, middlewares=[_request_middleware])
+    app[SERVICE_KEY] = service
+    app[STATE_KEY] = {"draining": False}
+    app[MAX_BODY_KEY] = max_body
+    app.router.add_post(MUTATE_PATH, _review_handler("mutate"))
+    app.router.add_post(VALIDATE_PATH, _review_handler("validate"))
+    app.router.add_get(HEALTHZ_PATH, _healthz)
+    app.router.add_get(READYZ_PATH, _readyz)
+    app.router.add_get(METRICS_PATH, _metrics)
+    return app
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Everything ``mpigate serve`` is told."""
+
+    config: Path
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT
+    insecure_dev: bool = False
+    max_body: int = DEFAULT_MAX_BODY
+    settings: ServiceSettings = field(default_factory=ServiceSettings)
+    reload_interval: float = 2.0
+    reload_debounce: float = 0.5
+    shutdown_delay: float = 0.0
+    shutdown_timeout: float = 15.0
+    eval_threads: int = 4
+    # The cluster to read live context from (None: static checks only).
+    kube: KubeConfig | None = None
+
+
+class WebhookServer:
+    """Runs the webhook: bind, serve, reload config and certificate, shut down gracefully."""
+
+    def __init__(
+        self,
+        options: ServeOptions,
+        *,
+        evaluator: Evaluator | None = None,
+        recorder: DecisionRecorder | None = None,
+        live: LiveSource | None = None,
+        tracing: Tracing | None = None,
+        metrics: Metrics | None = None,
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        if options.insecure_dev:
+            if options.host not in ("127.0.0.1", "localhost", "::1"):
+                raise ValueError("--insecure-dev serves plain HTTP and binds only to 127.0.0.1")
+        elif options.tls_cert is None or options.tls_key is None:
+            raise ValueError("a TLS certificate and key are required (--tls-cert, --tls-key)")
+        self.options = options
+        self.metrics = metrics or Metrics()
+        self.tracing = tracing or make_tracing()
+        self.store = ConfigStore(options.config, debounce=options.reload_debounce)
+        self.tls = (
+            None if options.insecure_dev else ReloadingTLS(options.tls_cert, options.tls_key)  # type: ignore[arg-type]
+        )
+        self._executor = ThreadPoolExecutor(
+            max_workers=options.eval_threads, thread_name_prefix="mpigate-eval"
+        )
+        self.service = AdmissionService(
+            self.store,
+            evaluator=evaluator,
+            recorder=recorder,
+            live=live,
+            metrics=self.metrics,
+            tracer=self.tracing.tracer,
+            settings=options.settings,
+            executor=self._executor,
+            clock=clock,
+        )
+        self.app = build_app(self.service, max_body=options.max_body)
+        self._runner: web.AppRunner | None = None
+        self._reloader: asyncio.Task[None] | None = None
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        scheme = "http" if self.options.insecure_dev else "https"
+        host = "127.0.0.1" if self.options.host in ("0.0.0.0", "") else self.options.host
+        return f"{scheme}://{host}:{self.port}"
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return self.tls.front if self.tls else None
+
+    async def start(self) -> None:
+        """Load the config (serving not-ready if it is invalid), start live lookups, bind."""
+        if await self.store.load_now() is not None:
+            self._config_swapped()
+        else:
+            self.metrics.config_reload_failures.inc()
+        if self.service.live is None and self.options.kube is not None:
+            self.service.live = KubeLiveSource(KubeClient(self.options.kube), on_error=self._live_error)
+            log.info("live context from %s", self.options.kube.source)
+        if self.service.live is not None:
+            await self.service.live.start()
+        self._runner = web.AppRunner(
+            self.app, handle_signals=False, access_log=None, shutdown_timeout=self.options.shutdown_timeout
+        )
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner, self.options.host, self.options.port, ssl_context=self.ssl_context, backlog=1024
+        )
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        self._reloader = asyncio.create_task(self._reload_loop(), name="mpigate-reload")
+        log.info(
+            "listening on %s",
+            self.url,
+            extra=fields(
+                event="listening",
+                url=self.url,
+                port=self.port,
+                revision=self.store.current.revision if self.store.current else None,
+            ),
+        )
+
+    def _live_error(self, source: str, reason: str) -> None:
+        self.metrics.live_errors.labels(source, reason).inc()
+
+    def _config_swapped(self) -> None:
+        loaded = self.store.current
+        if loaded is not None:
+            self.metrics.config_reloads.inc()
+            self.metrics.config_served(loaded.revision, loaded.loaded_at)
+
+    async def check_reload(self) -> None:
+        """One poll of the config tree and the certificate files."""
+        result = await self.store.poll()
+        if result is True:
+            self._config_swapped()
+        elif result is False:
+            self.metrics.config_reload_failures.inc()
+        if self.tls is not None:
+            tls_result = await asyncio.to_thread(self.tls.check)
+            if tls_result is not None:
+                self.metrics.tls_reloads.labels("ok" if tls_result else "failed").inc()
+
+    async def _reload_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.reload_interval)
+            try:
+                await self.check_reload()
+            except Exception:  # a reload bug must not stop serving
+                log.exception("reload check failed")
+
+    async def stop(self) -> None:
+        """Graceful shutdown: readiness goes false, listening stops, in-flight reviews finish."""
+        self.app[STATE_KEY]["draining"] = True
+        if self.options.shutdown_delay > 0:
+            # Give endpoints controllers time to take this replica out of the Service.
+            await asyncio.sleep(self.options.shutdown_delay)
+        if self._reloader is not None:
+            self._reloader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reloader
+        if self._runner is not None:
+            await self._runner.cleanup()  # stops listening, then waits for in-flight handlers
+            self._runner = None
+        if self.service.live is not None:
+            await self.service.live.stop()
+        await self.service.recorder.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(self.tracing.shutdown)
+        log.info("stopped", extra=fields(event="stopped"))
+
+    async def run_until_signalled(self) -> None:
+        """Serve until SIGTERM or SIGINT, then stop gracefully."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        try:
+            await stop.wait()
+            log.info("signal received: draining", extra=fields(event="draining"))
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.stop()

@@ -1,0 +1,352 @@
+"""The admission pipeline, transport-free: body in, answer out, within a deadline.
+
+``decode → live context (bounded) → evaluate (engine) → record (durable) → encode``
+
+Failure behaviour (documented in docs/webhook.md):
+
+- malformed input: HTTP 400 when the request uid cannot be read, else a denying AdmissionReview
+  with code 400 and a message that names the field;
+- no config loaded yet: HTTP 503 (the API server applies the webhook's ``failurePolicy``);
+- live lookups that fail or exceed their budget: judged on static config, with the warning
+  ``live quota context unavailable: ...`` and a metric;
+- the engine failing or exceeding the deadline, or the audit record not durable in time:
+  HTTP 500, so that ``failurePolicy`` applies — a decision is never answered without its record.
+  A record still being written when the deadline passes is completed in the background (it then
+  documents a decision the API server did not receive; the API server's own audit log shows the
+  failed call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import functools
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from mpigate.config import Config
+from mpigate.policy import evaluate
+from mpigate.policy.decision import AdmissionInput, Decision, LiveContext
+
+from .live import LiveSource
+from .logjson import fields
+from .metrics import Metrics
+from .recorder import DecisionRecorder, NullRecorder
+from .reload import ConfigStore
+from .review import (
+    REASONS,
+    BadReview,
+    ReviewRequest,
+    Stage,
+    decision_response,
+    decode_review,
+    error_response,
+    parse_json,
+    response_review,
+)
+from .routes import WEBHOOK_OPERATIONS
+
+__all__ = [
+    "LIVE_UNAVAILABLE",
+    "AdmissionService",
+    "Evaluator",
+    "Reply",
+    "ServiceSettings",
+    "default_evaluator",
+    "status_body",
+]
+
+log = logging.getLogger("mpigate.admission")
+
+Evaluator = Callable[[Config, AdmissionInput, LiveContext | None, dt.datetime | None], Decision]
+LIVE_UNAVAILABLE: Final = "live quota context unavailable"
+# Never give the audit write less than this, even when the deadline is (nearly) used up: an
+# fsync takes milliseconds, and answering 500 for want of 1 ms would be needlessly harsh.
+MIN_RECORD_SECONDS: Final = 0.05
+
+
+def default_evaluator() -> Evaluator:
+    """The policy engine, ``mpigate.policy.evaluate``."""
+    return evaluate
+
+
+def status_body(code: int, message: str) -> dict[str, Any]:
+    """A ``metav1.Status`` body for HTTP error answers."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "metadata": {},
+        "status": "Failure",
+        "code": code,
+        "reason": REASONS.get(code, "Unknown"),
+        "message": message,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    """Time budgets of one review (seconds)."""
+
+    deadline: float = 2.0
+    live_timeout: float = 0.5
+    # Run the engine in a worker thread so that a pathological object cannot hold the event
+    # loop past the deadline (health checks and other reviews keep being served).
+    evaluate_in_thread: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An answer: HTTP status and JSON body, plus what the logs and metrics need."""
+
+    status: int
+    body: dict[str, Any]
+    outcome: str
+    decision: Decision | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class _Failed(Exception):
+    """Ends a review with HTTP ``status`` (500/503) and a clean message."""
+
+    def __init__(self, status: int, message: str, outcome: str = "error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.outcome = outcome
+
+
+class AdmissionService:
+    """Judges AdmissionReviews with the served config (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: ConfigStore,
+        *,
+        evaluator: Evaluator | None = None,
+        recorder: DecisionRecorder | None = None,
+        live: LiveSource | None = None,
+        metrics: Metrics | None = None,
+        tracer: trace.Tracer | None = None,
+        settings: ServiceSettings | None = None,
+        executor: Executor | None = None,
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        self.store = store
+        self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self._evaluator = evaluator
+        self.recorder: DecisionRecorder = recorder or NullRecorder()
+        self.live = live
+        self.metrics = metrics or Metrics()
+        self.tracer = tracer or trace.NoOpTracer()
+        self.settings = settings or ServiceSettings()
+        self._executor = executor
+
+    @property
+    def evaluator(self) -> Evaluator:
+        return self._evaluator or evaluate
+
+    async def review(self, stage: Stage, body: bytes, request_id: str) -> Reply:
+        """Judge one request body for ``stage`` (``mutate`` or ``validate``)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + self.settings.deadline
+        self.metrics.in_flight.inc()
+        try:
+            with self.tracer.start_as_current_span(f"admission {stage}", kind=SpanKind.SERVER) as span:
+                span.set_attribute("mpigate.stage", stage)
+                span.set_attribute("mpigate.request_id", request_id)
+                reply = await self._review(stage, body, request_id, deadline, span)
+                span.set_attribute("mpigate.decision", reply.outcome)
+                span.set_attribute("http.response.status_code", reply.status)
+                if reply.status >= 500:
+                    span.set_status(Status(StatusCode.ERROR, reply.outcome))
+        finally:
+            self.metrics.in_flight.dec()
+        elapsed = loop.time() - started
+        self.metrics.duration.labels(stage).observe(elapsed)
+        kind = reply.info.get("kind", "-")
+        operation = reply.info.get("operation", "-")
+        self.metrics.requests.labels(stage, kind, operation, reply.outcome).inc()
+        if reply.decision is not None and stage == "validate":
+            self.metrics.count_rules(reply.decision)
+        level = logging.INFO if reply.status < 500 else logging.ERROR
+        log.log(
+            level,
+            "%s %s %s/%s: %s",
+            stage,
+            operation,
+            reply.info.get("namespace") or "-",
+            reply.info.get("name") or "-",
+            reply.outcome,
+            extra=fields(
+                event="review",
+                request_id=request_id,
+                stage=stage,
+                status=reply.status,
+                decision=reply.outcome,
+                duration_ms=round(elapsed * 1000, 3),
+                **reply.info,
+            ),
+        )
+        return reply
+
+    async def _review(self, stage: Stage, body: bytes, request_id: str, deadline: float, span: Any) -> Reply:
+        data = parse_json(body)
+        if isinstance(data, BadReview):
+            self.metrics.bad_requests.labels(stage, "json").inc()
+            return Reply(400, status_body(400, f"{data} (request id {request_id})"), "bad-request")
+        req = decode_review(data)
+        if isinstance(req, BadReview):
+            if req.uid is None:
+                self.metrics.bad_requests.labels(stage, "review").inc()
+                return Reply(400, status_body(400, f"{req} (request id {request_id})"), "bad-request")
+            self.metrics.bad_requests.labels(stage, "request").inc()
+            message = f"mpigate cannot judge this request: {req} (request id {request_id})"
+            return Reply(200, error_response(req.uid, 400, message), "invalid", info={"uid": req.uid})
+        info = _info(req)
+        for key in ("kind", "operation", "namespace", "name"):
+            span.set_attribute(f"mpigate.{key}", info.get(key) or "")
+        if req.operation not in WEBHOOK_OPERATIONS[stage]:
+            if stage == "mutate":  # mutation happens on CREATE only
+                return Reply(200, response_review(req.uid, allowed=True), "skipped", info=info)
+            message = f"mpigate does not judge {req.operation} requests (request id {request_id})"
+            return Reply(200, error_response(req.uid, 400, message), "invalid", info=info)
+        loaded = self.store.current
+        if loaded is None:
+            reason = self.store.last_error or "not loaded yet"
+            message = f"mpigate has no valid config to judge with ({reason}) (request id {request_id})"
+            return Reply(503, status_body(503, message), "unavailable", info=info)
+        info["revision"] = loaded.revision
+        try:
+            reply = await self._judge(stage, req, loaded.config, deadline, info, request_id)
+        except _Failed as failed:
+            message = f"{failed.message} (request id {request_id})"
+            return Reply(failed.status, status_body(failed.status, message), failed.outcome, info=info)
+        return reply
+
+    async def _judge(
+        self,
+        stage: Stage,
+        req: ReviewRequest,
+        config: Config,
+        deadline: float,
+        info: dict[str, Any],
+        request_id: str,
+    ) -> Reply:
+        loop = asyncio.get_running_loop()
+        extra_warnings: list[str] = []
+        live: LiveContext | None = None
+        if stage == "validate" and self.live is not None and req.operation == "CREATE":
+            live = await self._live_context(config, req.input, deadline)
+            if live is not None and live.unavailable_reason:
+                extra_warnings.append(f"{LIVE_UNAVAILABLE}: {live.unavailable_reason}")
+                info["live"] = live.unavailable_reason
+                self.metrics.live_fallbacks.inc()
+        now = self._clock()
+        with self.tracer.start_as_current_span("evaluate"):
+            call = functools.partial(self.evaluator, config, req.input, live, now)
+            try:
+                if self.settings.evaluate_in_thread:
+                    remaining = max(deadline - loop.time(), 0.001)
+                    decision = await asyncio.wait_for(loop.run_in_executor(self._executor, call), remaining)
+                else:
+                    decision = call()
+            except TimeoutError:
+                self.metrics.deadline_exceeded.labels("evaluate").inc()
+                raise _Failed(500, "mpigate could not evaluate the request within its deadline") from None
+            except Exception:
+                log.exception("policy evaluation failed", extra=fields(request_id=request_id, **info))
+                raise _Failed(500, "mpigate failed to evaluate the request (internal error)") from None
+        info["rules"] = list(decision.rule_ids)
+        info["team"] = decision.team
+        with self.tracer.start_as_current_span("audit record"):
+            await self._record(decision, req.input, stage, deadline, request_id)
+        # Keep the engine's own live warning if it already gave one.
+        extra_warnings = [
+            w for w in extra_warnings if not any(LIVE_UNAVAILABLE in d for d in decision.warnings)
+        ]
+        body = decision_response(
+            req.uid, decision, stage, dry_run=req.input.dry_run, extra_warnings=extra_warnings
+        )
+        if stage == "mutate":
+            outcome = "mutated" if decision.patch else "unchanged"
+        else:
+            outcome = decision.outcome
+        return Reply(200, body, outcome, decision, info)
+
+    async def _live_context(
+        self, config: Config, request: AdmissionInput, deadline: float
+    ) -> LiveContext | None:
+        assert self.live is not None
+        loop = asyncio.get_running_loop()
+        # Leave at least half of what remains for evaluation and the audit write.
+        budget = min(self.settings.live_timeout, max(deadline - loop.time(), 0.0) / 2)
+        if budget <= 0.001:
+            self.metrics.deadline_exceeded.labels("live").inc()
+            return LiveContext(unavailable_reason="no time left for live lookups")
+        with self.tracer.start_as_current_span("live context") as span:
+            try:
+                # The source bounds its own lookups; this outer bound also covers a misbehaving one.
+                context = await asyncio.wait_for(self.live.context(config, request, budget), budget + 0.05)
+            except TimeoutError:
+                self.metrics.deadline_exceeded.labels("live").inc()
+                self.metrics.live_errors.labels("live", "timeout").inc()
+                return LiveContext(unavailable_reason=f"not read within {budget * 1000:.0f} ms")
+            except Exception as exc:
+                log.exception("live context lookup failed")
+                self.metrics.live_errors.labels("live", "internal").inc()
+                return LiveContext(unavailable_reason=f"{type(exc).__name__}: {exc}")
+            if context is not None and context.unavailable_reason:
+                span.set_attribute("mpigate.live.unavailable", context.unavailable_reason)
+            return context
+
+    async def _record(
+        self, decision: Decision, request: AdmissionInput, stage: Stage, deadline: float, request_id: str
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        remaining = max(deadline - loop.time(), MIN_RECORD_SECONDS)
+        # Shielded: a write that outlives the deadline still completes instead of being torn.
+        write = asyncio.ensure_future(self.recorder.record(decision, request, stage))
+        try:
+            await asyncio.wait_for(asyncio.shield(write), remaining)
+        except TimeoutError:
+            self.metrics.deadline_exceeded.labels("audit").inc()
+            write.add_done_callback(_log_late_record)
+            raise _Failed(
+                500, "mpigate could not make the audit record durable within its deadline"
+            ) from None
+        except Exception as exc:
+            self.metrics.audit_errors.inc()
+            log.error(
+                "audit record not written: %s", exc, extra=fields(request_id=request_id, event="audit_error")
+            )
+            raise _Failed(500, f"mpigate could not write the audit record ({type(exc).__name__})") from None
+
+
+def _log_late_record(task: asyncio.Future[None]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("late audit record failed: %s", exc)
+    else:
+        log.warning("audit record completed after the deadline (the request was answered with 500)")
+
+
+def _info(req: ReviewRequest) -> dict[str, Any]:
+    inp = req.input
+    return {
+        "uid": req.uid,
+        "kind": inp.kind,
+        "operation": inp.operation,
+        "namespace": inp.namespace,
+        "name": inp.name,
+        "user": inp.user.username,
+        "dry_run": inp.dry_run,
+    }

@@ -1,0 +1,414 @@
+"""``mpigate serve`` (the admission webhook), ``mpigate certs`` and ``mpigate review``.
+
+This module composes the layers: the webhook server (``admission/``) records decisions through
+its ``DecisionRecorder`` protocol; here that protocol is bound to the audit trail (``audit/``),
+which itself knows nothing about HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from mpigate.admission.certs import CertificateError, issue_certificates
+from mpigate.admission.client import (
+    ReplayResult,
+    ReviewClient,
+    ReviewClientError,
+    format_outcome,
+    replay,
+    resource_of,
+    summarize,
+)
+from mpigate.admission.kube import KubeConfig, KubeConfigError, in_cluster_config, load_kubeconfig
+from mpigate.admission.logjson import JsonFormatter
+from mpigate.admission.metrics import Metrics
+from mpigate.admission.review import Stage
+from mpigate.admission.routes import DEFAULT_PORT
+from mpigate.admission.server import ServeOptions, WebhookServer
+from mpigate.admission.service import ServiceSettings
+from mpigate.admission.tracing import EXPORTERS, make_tracing
+from mpigate.audit import (
+    AsyncAuditLog,
+    AuditError,
+    AuditKeyError,
+    AuditMetrics,
+    WriterOptions,
+    load_signer,
+    record_from_decision,
+)
+from mpigate.config import ConfigError, load, parse_quantity
+from mpigate.config.model import AuditSettings
+from mpigate.policy.decision import AdmissionInput, Decision, UserInfo
+
+from ._output import OUTPUT_OPTION, dump
+
+__all__ = ["AuditRecorder", "certs_command", "review_command", "serve_command"]
+
+log = logging.getLogger("mpigate.cli.serve")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+class Duration(click.ParamType[float]):
+    """``2s``, ``500ms``, ``1.5s``, ``1m`` or plain seconds."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        match = _DURATION.match(str(value))
+        if not match:
+            self.fail(f"{value!r} is not a duration (examples: 2s, 500ms, 1.5s)", param, ctx)
+        scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[match[2] or "s"]
+        return float(match[1]) * scale
+
+
+class ByteSize(click.ParamType[int]):
+    """``3MiB``, ``3Mi``, ``64KiB``, ``500k`` or plain bytes."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.endswith("iB"):
+            text = text[:-1]
+        try:
+            size = parse_quantity(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a size (examples: 3MiB, 512Ki, 1000000)", param, ctx)
+        if size < 1024 or size.denominator != 1:
+            self.fail(f"{value!r} is too small for a request body limit (at least 1KiB)", param, ctx)
+        return int(size)
+
+
+class AuditRecorder:
+    """The webhook's ``DecisionRecorder`` bound to the hash-chained audit log."""
+
+    def __init__(self, log: AsyncAuditLog, source: str = "webhook") -> None:
+        self.log = log
+        self.source = source
+
+    async def record(self, decision: Decision, request: AdmissionInput, stage: Stage) -> None:
+        await self.log.append(record_from_decision(decision, request, stage, self.source))
+
+    @property
+    def healthy(self) -> bool:
+        return self.log.healthy
+
+    async def close(self) -> None:
+        await self.log.aclose()
+
+
+async def open_audit(
+    directory: Path, settings: AuditSettings | None, key_file: Path | None, metrics: Metrics
+) -> AuditRecorder:
+    """Open the audit chain under ``directory`` with the org's audit settings (if loaded)."""
+    signer = None
+    method = settings.signing_method if settings else "hmac-sha256"
+    key = key_file or (Path(settings.signing_key_file) if settings and settings.signing_key_file else None)
+    if key is not None:
+        try:
+            signer = load_signer(method, key)
+        except AuditKeyError as exc:
+            origin = "--audit-key" if key_file else "spec.audit.signing.keyFile of the OrgPolicy"
+            raise AuditKeyError(f"audit signing key ({origin}): {exc}") from exc
+    options = WriterOptions.from_settings(settings) if settings else WriterOptions()
+    audit_log = await AsyncAuditLog.open(
+        directory, source="webhook", signer=signer, options=options, metrics=AuditMetrics(metrics.registry)
+    )
+    return AuditRecorder(audit_log)
+
+
+def _configure_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)
+    # aiohttp logs every malformed HTTP message with a traceback; one line is enough.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL if level != "debug" else logging.DEBUG)
+
+
+def _kube_config(kubeconfig: Path | None, context: str | None, live: bool) -> KubeConfig | None:
+    if not live:
+        return None
+    if kubeconfig is None and os.environ.get("KUBECONFIG"):
+        kubeconfig = Path(os.environ["KUBECONFIG"].split(os.pathsep)[0])
+    if kubeconfig is not None:
+        return load_kubeconfig(kubeconfig, context)
+    return in_cluster_config()
+
+
+@click.command("serve")
+@click.option(
+    "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Config tree or bundle."
+)
+@click.option(
+    "--tls-cert", type=click.Path(path_type=Path), help="Serving certificate (PEM), reloaded on change."
+)
+@click.option("--tls-key", type=click.Path(path_type=Path), help="Its private key (PEM).")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--insecure-dev", is_flag=True, help="Plain HTTP on 127.0.0.1 (local development only).")
+@click.option("--audit-dir", type=click.Path(path_type=Path), help="Write the hash-chained audit trail here.")
+@click.option(
+    "--audit-key", type=click.Path(path_type=Path, exists=True), help="Checkpoint signing key file."
+)
+@click.option("--deadline", default="2s", show_default=True, type=Duration(), help="Answer within this time.")
+@click.option(
+    "--live-timeout", default="500ms", show_default=True, type=Duration(), help="Budget for live lookups."
+)
+@click.option("--max-body", default="3MiB", show_default=True, type=ByteSize(), help="Largest request body.")
+@click.option("--kubeconfig", type=click.Path(path_type=Path, exists=True), help="Cluster for live context.")
+@click.option("--context", "kube_context", help="kubeconfig context (default: current-context).")
+@click.option("--live/--no-live", default=True, show_default=True, help="Read live Kueue/TrainJob context.")
+@click.option(
+    "--reload-interval", default="2s", show_default=True, type=Duration(), help="Config/cert polling."
+)
+@click.option(
+    "--shutdown-delay", default="0s", show_default=True, type=Duration(), help="Not-ready before draining."
+)
+@click.option("--shutdown-timeout", default="15s", show_default=True, type=Duration(), help="Drain limit.")
+@click.option(
+    "--trace-exporter",
+    type=click.Choice(EXPORTERS),
+    default=None,
+    help="OpenTelemetry traces: none (default, or $MPIGATE_TRACING), console, otlp ($OTEL_EXPORTER_OTLP_*).",
+)
+@click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
+)
+def serve_command(
+    config_path: Path,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    host: str,
+    port: int,
+    insecure_dev: bool,
+    audit_dir: Path | None,
+    audit_key: Path | None,
+    deadline: float,
+    live_timeout: float,
+    max_body: int,
+    kubeconfig: Path | None,
+    kube_context: str | None,
+    live: bool,
+    reload_interval: float,
+    shutdown_delay: float,
+    shutdown_timeout: float,
+    trace_exporter: str | None,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Serve the admission webhooks: POST /mutate and /validate (AdmissionReview v1), GET /healthz,
+    /readyz and /metrics, over TLS 1.2+.
+
+    The config tree is watched and hot-reloaded (an invalid change is rejected and the last good
+    config keeps serving); so is the certificate. SIGTERM drains in-flight reviews.
+
+    \b
+    Example:
+      $ mpigate certs --service mpigate-webhook --namespace mpigate-system --out certs
+      $ mpigate serve --config . --tls-cert certs/tls.crt --tls-key certs/tls.key \\
+          --audit-dir /var/lib/mpigate/audit
+    """
+    _configure_logging(log_format, log_level)
+    if insecure_dev:
+        if host == "0.0.0.0":
+            host = "127.0.0.1"
+    elif tls_cert is None or tls_key is None:
+        raise click.UsageError("--tls-cert and --tls-key are required (or --insecure-dev for local work)")
+    if not config_path.exists():
+        raise click.BadParameter(f"{config_path} does not exist", param_hint="--config")
+    if deadline <= 0 or live_timeout < 0:
+        raise click.BadParameter("must be positive", param_hint="--deadline/--live-timeout")
+    try:
+        kube = _kube_config(kubeconfig, kube_context, live)
+    except KubeConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--kubeconfig") from exc
+    options = ServeOptions(
+        config=config_path,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        host=host,
+        port=port,
+        insecure_dev=insecure_dev,
+        max_body=max_body,
+        settings=ServiceSettings(deadline=deadline, live_timeout=min(live_timeout, deadline / 2)),
+        reload_interval=reload_interval,
+        shutdown_delay=shutdown_delay,
+        shutdown_timeout=shutdown_timeout,
+        kube=kube,
+    )
+    try:
+        asyncio.run(_serve(options, audit_dir, audit_key, trace_exporter))
+    except (ValueError, OSError, AuditError) as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(2)
+
+
+async def _serve(
+    options: ServeOptions, audit_dir: Path | None, audit_key: Path | None, exporter: str | None
+) -> None:
+    metrics = Metrics()
+    recorder = None
+    if audit_dir is not None:
+        try:
+            settings = (await asyncio.to_thread(load, options.config)).org.audit
+        except ConfigError:
+            settings = None  # the server reports the config problems; audit uses its defaults
+        recorder = await open_audit(audit_dir, settings, audit_key, metrics)
+    server = WebhookServer(options, recorder=recorder, metrics=metrics, tracing=make_tracing(exporter))
+    await server.run_until_signalled()
+
+
+@click.command("certs")
+@click.option("--service", default="mpigate-webhook", show_default=True, help="The webhook's Service name.")
+@click.option("--namespace", default="mpigate-system", show_default=True, help="Its namespace.")
+@click.option(
+    "--out", "out", required=True, type=click.Path(path_type=Path, file_okay=False), help="Directory."
+)
+@click.option(
+    "--days", default=365, show_default=True, type=click.IntRange(1, 3650), help="Serving cert validity."
+)
+@click.option("--new-ca", is_flag=True, help="Replace the CA in DIR (the caBundle changes).")
+@click.option("--extra-name", "extra", multiple=True, help="Another DNS name or IP (e.g. 127.0.0.1).")
+@OUTPUT_OPTION
+def certs_command(
+    service: str, namespace: str, out: Path, days: int, new_ca: bool, extra: tuple[str, ...], output: str
+) -> None:
+    """Generate a CA and a serving certificate for the webhook (clusters without cert-manager).
+
+    Writes ca.crt, ca.key, tls.crt and tls.key into DIR (keys mode 0600) and prints the caBundle
+    for the webhook configurations on stdout. An existing CA in DIR is reused, so re-running
+    rotates the serving certificate without changing the caBundle.
+
+    \b
+    Example:
+      $ CA_BUNDLE=$(mpigate certs --service mpigate-webhook --namespace mpigate-system --out certs)
+      $ kubectl -n mpigate-system create secret tls mpigate-webhook-tls \\
+          --cert certs/tls.crt --key certs/tls.key
+    """
+    try:
+        issued = issue_certificates(
+            out, service=service, namespace=namespace, days=days, new_ca=new_ca, extra_names=extra
+        )
+    except (CertificateError, OSError, ValueError) as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(2)
+    if output != "text":
+        data = {
+            "directory": str(issued.directory),
+            "caCert": str(issued.ca_cert),
+            "tlsCert": str(issued.tls_cert),
+            "tlsKey": str(issued.tls_key),
+            "caReused": issued.ca_reused,
+            "dnsNames": list(issued.dns_names),
+            "notAfter": issued.not_after.isoformat(),
+            "caBundle": issued.ca_bundle,
+        }
+        click.echo(dump(data, output), nl=False)
+        return
+    ca = "reused CA" if issued.ca_reused else "new CA"
+    click.echo(f"wrote {issued.tls_cert} and {issued.tls_key} ({ca} {issued.ca_cert})", err=True)
+    click.echo(f"names: {', '.join(issued.dns_names)}; valid until {issued.not_after:%Y-%m-%d}", err=True)
+    click.echo("caBundle for the webhook configurations (clientConfig.caBundle):", err=True)
+    click.echo(issued.ca_bundle)
+
+
+def _documents(paths: tuple[Path, ...]) -> Iterator[tuple[Path, dict[str, Any]]]:
+    for path in paths:
+        files = sorted(path.rglob("*.yaml")) if path.is_dir() else [path]
+        for file in files:
+            try:
+                docs = list(yaml.safe_load_all(file.read_text()))
+            except (OSError, yaml.YAMLError) as exc:
+                raise click.BadParameter(f"{file}: {exc}") from exc
+            for doc in docs:
+                if isinstance(doc, dict):
+                    yield file, doc
+
+
+@click.command("review")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("--server", required=True, help="Webhook base URL, e.g. https://127.0.0.1:8443.")
+@click.option("--ca", "ca_file", type=click.Path(exists=True), help="CA certificate to trust (PEM).")
+@click.option("--insecure", is_flag=True, help="Do not verify the server certificate.")
+@click.option(
+    "--operation", type=click.Choice(["CREATE", "UPDATE", "DELETE"]), default="CREATE", show_default=True
+)
+@click.option("--user", default="kubernetes-admin", show_default=True, help="userInfo.username.")
+@click.option("--group", "groups", multiple=True, help="userInfo.groups (repeatable).")
+@click.option("--namespace", help="Namespace for objects that do not name one.")
+@click.option("--dry-run", is_flag=True, help="Mark the requests as dryRun.")
+@click.option(
+    "--webhook-name", default="validate.team.mpigate.io", show_default=True, help="Name shown in denials."
+)
+@OUTPUT_OPTION
+def review_command(
+    files: tuple[Path, ...],
+    server: str,
+    ca_file: str | None,
+    insecure: bool,
+    operation: str,
+    user: str,
+    groups: tuple[str, ...],
+    namespace: str | None,
+    dry_run: bool,
+    webhook_name: str,
+    output: str,
+) -> None:
+    """Send TrainJobs and runtimes through a running webhook as the API server would (/mutate on
+    CREATE, apply its JSONPatch, then /validate) and show what kubectl would print.
+
+    \b
+    Example:
+      $ mpigate review examples/trainjobs/llm-finetune.yaml --server https://127.0.0.1:8443 --ca certs/ca.crt
+      trainjob.trainer.kubeflow.org/llm-finetune created (mpigate: 9 mutations)
+
+    Exit status: 0 all admitted, 1 something was denied, 2 the webhook could not be asked.
+    """
+    try:
+        client = ReviewClient(server, ca_file=ca_file, insecure=insecure)
+    except ReviewClientError as exc:
+        raise click.BadParameter(str(exc), param_hint="--server") from exc
+    who = UserInfo(username=user, groups=(*groups, "system:authenticated"))
+    results: list[tuple[Path, ReplayResult]] = []
+    try:
+        for file, doc in _documents(files):
+            if resource_of(doc) is None:
+                if output == "text":
+                    click.echo(f"{file}: skipping {doc.get('kind', '?')} (not judged by mpigate)", err=True)
+                continue
+            old = doc if operation in ("UPDATE", "DELETE") else None
+            result = replay(
+                client, doc, operation=operation, old=old, user=who, dry_run=dry_run, namespace=namespace
+            )
+            results.append((file, result))
+            if output == "text":
+                click.echo(format_outcome(result, str(file), webhook=webhook_name))
+    finally:
+        client.close()
+    if output != "text":
+        click.echo(dump([{"file": str(f), **r.to_dict()} for f, r in results], output), nl=False)
+    else:
+        click.echo(summarize([r for _, r in results]), err=True)
+    if any(r.error for _, r in results):
+        sys.exit(2)
+    if any(not r.allowed for _, r in results):
+        sys.exit(1)

@@ -1,0 +1,149 @@
+"""Fixtures for the webhook tests: a trustme CA, serving certificates, a copy of the fixture
+org, real servers on 127.0.0.1:0 and HTTPS clients that trust the CA."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+import trustme
+import yaml
+
+from mpigate.admission.server import ServeOptions, WebhookServer
+from mpigate.admission.service import ServiceSettings
+from tests.conftest import FIXTURES
+
+from .stub_engine import stub_evaluate
+
+ADMISSION_FIXTURES = FIXTURES / "admission"
+BASE_ORG = FIXTURES / "config" / "base"
+
+StartWebhook = Callable[..., Awaitable[WebhookServer]]
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def trainjob(**labels: str) -> dict[str, Any]:
+    obj = load_yaml(ADMISSION_FIXTURES / "trainjob.yaml")
+    obj["metadata"].setdefault("labels", {}).update(labels)
+    return obj
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy (or fail after ``timeout``)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > end:
+            raise AssertionError(f"condition not met within {timeout} s")
+        await asyncio.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+def write_cert(ca: trustme.CA, directory: Path, *names: str) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    issued = ca.issue_cert(*(names or ("127.0.0.1", "localhost")))
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    for extra in issued.cert_chain_pems[1:]:
+        extra.write_to_path(str(cert), append=True)
+    issued.private_key_pem.write_to_path(str(key))
+    return cert, key
+
+
+@pytest.fixture
+def tls_files(ca: trustme.CA, tmp_path: Path) -> tuple[Path, Path]:
+    return write_cert(ca, tmp_path / "tls")
+
+
+@pytest.fixture
+def client_ssl(ca: trustme.CA) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    return ctx
+
+
+@pytest.fixture
+def org(tmp_path: Path) -> Path:
+    target = tmp_path / "org"
+    shutil.copytree(BASE_ORG, target)
+    return target
+
+
+@pytest_asyncio.fixture
+async def start_webhook(tls_files: tuple[Path, Path], org: Path) -> AsyncIterator[StartWebhook]:
+    servers: list[WebhookServer] = []
+
+    async def start(**kwargs: Any) -> WebhookServer:
+        settings = kwargs.pop("settings", ServiceSettings(deadline=2.0))
+        options = ServeOptions(
+            config=kwargs.pop("config", org),
+            tls_cert=kwargs.pop("tls_cert", tls_files[0]),
+            tls_key=kwargs.pop("tls_key", tls_files[1]),
+            host="127.0.0.1",
+            port=0,
+            settings=settings,
+            reload_interval=kwargs.pop("reload_interval", 3600.0),
+            reload_debounce=kwargs.pop("reload_debounce", 0.0),
+            **{k: kwargs.pop(k) for k in list(kwargs) if k in ServeOptions.__dataclass_fields__},
+        )
+        kwargs.setdefault("evaluator", stub_evaluate)
+        server = WebhookServer(options, **kwargs)
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+@pytest_asyncio.fixture
+async def http(client_ssl: ssl.SSLContext) -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl)) as session:
+        yield session
+
+
+class ThreadedWebhook:
+    """A webhook server on its own event loop in a thread, for synchronous clients (hypothesis
+    tests, benchmarks-in-tests)."""
+
+    def __init__(self, options: ServeOptions, **kwargs: Any) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="webhook", daemon=True)
+        self.thread.start()
+
+        async def start() -> WebhookServer:
+            server = WebhookServer(options, **kwargs)
+            await server.start()
+            return server
+
+        self.server = asyncio.run_coroutine_threadsafe(start(), self.loop).result(timeout=30)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop.close()

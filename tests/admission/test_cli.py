@@ -1,0 +1,258 @@
+"""``mpigate certs``, ``mpigate review`` and ``mpigate serve`` as a real process (SIGTERM drains
+in-flight reviews; decisions land in the audit trail)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import ssl
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import kmock as kmock_lib
+import pytest
+import trustme
+import yaml
+from click.testing import CliRunner
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from mpigate.admission.client import make_review
+from mpigate.admission.server import ServeOptions
+from mpigate.cli import cli
+from tests.conftest import REPO
+
+from .conftest import ThreadedWebhook, wait_for, write_cert
+
+SVC_NAMES = [
+    "mpigate-webhook",
+    "mpigate-webhook.mpigate-system",
+    "mpigate-webhook.mpigate-system.svc",
+    "mpigate-webhook.mpigate-system.svc.cluster.local",
+]
+
+
+def test_certs_issues_a_ca_and_a_serving_certificate_for_the_service(tmp_path: Path) -> None:
+    out = tmp_path / "certs"
+    result = CliRunner().invoke(cli, ["certs", "--out", str(out), "--days", "30"])
+    assert result.exit_code == 0, result.output
+    ca_pem = (out / "ca.crt").read_bytes()
+    assert result.stdout.strip() == base64.b64encode(ca_pem).decode()
+    assert oct((out / "tls.key").stat().st_mode & 0o777) == "0o600"
+    assert oct((out / "ca.key").stat().st_mode & 0o777) == "0o600"
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    cert = x509.load_pem_x509_certificate((out / "tls.crt").read_bytes())
+    cert.verify_directly_issued_by(ca)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == SVC_NAMES
+    assert cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value == x509.ExtendedKeyUsage(
+        [ExtendedKeyUsageOID.SERVER_AUTH]
+    )
+    assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    days = (cert.not_valid_after_utc - cert.not_valid_before_utc).days
+    assert 29 <= days <= 30
+
+    # Re-running rotates the serving certificate and keeps the CA (the caBundle stays valid).
+    again = CliRunner().invoke(cli, ["certs", "--out", str(out), "-o", "json"])
+    data = json.loads(again.stdout)
+    assert data["caReused"] is True and (out / "ca.crt").read_bytes() == ca_pem
+    rotated = x509.load_pem_x509_certificate((out / "tls.crt").read_bytes())
+    assert rotated.serial_number != cert.serial_number
+    rotated.verify_directly_issued_by(ca)
+    fresh = CliRunner().invoke(cli, ["certs", "--out", str(out), "--new-ca", "-o", "json"])
+    assert json.loads(fresh.stdout)["caReused"] is False and (out / "ca.crt").read_bytes() != ca_pem
+
+
+async def test_a_server_with_generated_certs_is_trusted_by_service_name(tmp_path: Path) -> None:
+    out = tmp_path / "certs"
+    assert CliRunner().invoke(cli, ["certs", "--out", str(out)]).exit_code == 0
+    options = ServeOptions(
+        config=REPO,
+        tls_cert=out / "tls.crt",
+        tls_key=out / "tls.key",
+        host="127.0.0.1",
+        port=0,
+        reload_interval=3600,
+    )
+    from mpigate.admission.server import WebhookServer
+
+    server = WebhookServer(options)
+    await server.start()
+    try:
+        ctx = ssl.create_default_context(cafile=str(out / "ca.crt"))
+        # The API server dials <svc>.<ns>.svc; the certificate must be valid for that name.
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1", server.port, ssl=ctx, server_hostname="mpigate-webhook.mpigate-system.svc"
+        )
+        writer.close()
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await asyncio.open_connection("127.0.0.1", server.port, ssl=ctx, server_hostname="other.svc")
+    finally:
+        await server.stop()
+
+
+@pytest.fixture(scope="module")
+def example_webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    base = tmp_path_factory.mktemp("review")
+    ca = trustme.CA()
+    cert, key = write_cert(ca, base / "tls")
+    ca.cert_pem.write_to_path(str(base / "ca.crt"))
+    options = ServeOptions(
+        config=REPO, tls_cert=cert, tls_key=key, host="127.0.0.1", port=0, reload_interval=3600
+    )
+    server = ThreadedWebhook(options)
+    yield server.server.url, base / "ca.crt"
+    server.stop()
+
+
+def test_review_prints_kubectl_style_outcomes(example_webhook: tuple[str, Path]) -> None:
+    url, ca = example_webhook
+    trainjobs = REPO / "examples" / "trainjobs"
+    args = ["review", str(trainjobs / "minimal.yaml"), str(trainjobs / "deny-over-quota.yaml")]
+    result = CliRunner().invoke(cli, [*args, "--server", url, "--ca", str(ca)])
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("trainjob.trainer.kubeflow.org/")
+    assert lines[0].endswith(" created (mpigate: " + lines[0].split("(mpigate: ")[1])
+    assert "mutation" in lines[0]
+    denial = next(line for line in lines if line.startswith("Error from server (Forbidden)"))
+    assert denial == (
+        "Error from server (Forbidden): error when creating "
+        f'"{trainjobs / "deny-over-quota.yaml"}": admission webhook "validate.team.mpigate.io" denied the '
+        "request: mpigate denied TrainJob nlp-team/llm-pretrain-huge:"
+    )
+    assert "2 objects: 1 admitted, 1 denied" in result.stderr
+    ok = CliRunner().invoke(
+        cli, ["review", str(trainjobs / "minimal.yaml"), "--server", url, "--ca", str(ca)]
+    )
+    assert ok.exit_code == 0
+    as_json = CliRunner().invoke(
+        cli,
+        ["review", str(trainjobs / "warn-latest-tag.yaml"), "--server", url, "--ca", str(ca), "-o", "json"],
+    )
+    data = json.loads(as_json.stdout)
+    assert data[0]["allowed"] is True and data[0]["auditAnnotations"]["decision"] == "allowed-with-warnings"
+    assert any(w.startswith("[MPG-IMG-002]") for w in data[0]["warnings"])
+
+
+def test_review_exits_2_when_the_webhook_cannot_be_reached(tmp_path: Path) -> None:
+    job = REPO / "examples" / "trainjobs" / "minimal.yaml"
+    result = CliRunner().invoke(cli, ["review", str(job), "--server", "https://127.0.0.1:9", "--insecure"])
+    assert result.exit_code == 2
+    assert "cannot reach the webhook" in result.stdout
+
+
+def test_serve_refuses_to_start_without_tls(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["serve", "--config", str(REPO)])
+    assert result.exit_code == 2
+    assert "--tls-cert and --tls-key are required (or --insecure-dev for local work)" in result.output
+
+
+async def read_until(
+    stream: asyncio.StreamReader, event: str, seen: list[dict[str, Any]], timeout: float = 20
+) -> dict[str, Any]:
+    async def scan() -> dict[str, Any]:
+        while True:
+            line = await stream.readline()
+            if not line:
+                raise AssertionError(f"server exited before {event!r}: {seen[-5:]}")
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            seen.append(record)
+            if record.get("event") == event:
+                return record
+
+    return await asyncio.wait_for(scan(), timeout)
+
+
+@pytest.mark.slow
+async def test_sigterm_finishes_the_review_in_flight_and_records_it(
+    kmock: kmock_lib.KubernetesEmulator, tmp_path: Path
+) -> None:
+    # A slow Kueue makes the review take ~1 s; SIGTERM arrives in the middle of it.
+    (
+        kmock["get", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/nlp-team"]
+        << (lambda: asyncio.sleep(1.0))
+        << {
+            "metadata": {"name": "nlp-team"},
+            "spec": {"resourceGroups": []},
+        }
+    )
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
+                "clusters": [{"name": "fake", "cluster": {"server": str(kmock.url).rstrip("/")}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+            }
+        )
+    )
+    ca = trustme.CA()
+    cert, key = write_cert(ca, tmp_path / "tls")
+    (tmp_path / "audit.key").write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mpigate", "serve", "--config", str(REPO),
+        "--tls-cert", str(cert), "--tls-key", str(key), "--host", "127.0.0.1", "--port", "0",
+        "--kubeconfig", str(kubeconfig), "--live-timeout", "1500ms", "--deadline", "4s",
+        "--audit-dir", str(tmp_path / "audit"), "--audit-key", str(tmp_path / "audit.key"),
+        stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "KUBECONFIG": ""},
+    )  # fmt: skip
+    assert proc.stderr is not None
+    seen: list[dict[str, Any]] = []
+    try:
+        listening = await read_until(proc.stderr, "listening", seen)
+        url = listening["url"]
+        client_ctx = ssl.create_default_context()
+        ca.configure_trust(client_ctx)
+        job = yaml.safe_load((REPO / "examples" / "trainjobs" / "llm-finetune.yaml").read_text())
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as http:
+
+            async def review() -> tuple[int, dict[str, Any]]:
+                async with http.post(url + "/validate", json=make_review(job, uid="in-flight")) as resp:
+                    return resp.status, await resp.json()
+
+            pending = asyncio.create_task(review())
+            await wait_for(
+                lambda: len(kmock["get", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/nlp-team"]) > 0
+            )
+            proc.send_signal(signal.SIGTERM)
+            await read_until(proc.stderr, "draining", seen)
+            status, body = await pending
+        assert status == 200
+        assert body["response"]["uid"] == "in-flight" and body["response"]["allowed"] is True
+        await read_until(proc.stderr, "stopped", seen)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    reviews = [r for r in seen if r.get("event") == "review"]
+    assert [(r["uid"], r["decision"], r["status"]) for r in reviews] == [("in-flight", "allowed", 200)]
+    verify = CliRunner().invoke(
+        cli, ["audit", "verify", str(tmp_path / "audit"), "--key", str(tmp_path / "audit.key")]
+    )
+    assert verify.exit_code == 0, verify.output
+    assert "all intact" in verify.output
+    records = [
+        json.loads(line)
+        for segment in sorted((tmp_path / "audit").rglob("*.jsonl"))
+        for line in segment.read_text().splitlines()
+    ]
+    decisions = [r for r in records if r.get("stage") == "validate"]
+    assert [(d["request"]["uid"], d["decision"], d["object"]["name"]) for d in decisions] == [
+        ("in-flight", "allowed", "llm-finetune")
+    ]

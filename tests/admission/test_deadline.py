@@ -1,0 +1,112 @@
+"""The per-request deadline and the audit-record guarantee."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+
+from mpigate.admission.client import make_review
+from mpigate.admission.recorder import MemoryRecorder, RecordError
+from mpigate.admission.review import Stage
+from mpigate.admission.service import ServiceSettings
+from mpigate.config import Config
+from mpigate.policy.decision import AdmissionInput, Decision, LiveContext
+
+from .conftest import StartWebhook, trainjob, wait_for
+from .stub_engine import SLEEP
+
+
+class SlowRecorder(MemoryRecorder):
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    async def record(self, decision: Decision, request: AdmissionInput, stage: Stage) -> None:
+        await asyncio.sleep(self.delay)
+        await super().record(decision, request, stage)
+
+
+class BrokenRecorder(MemoryRecorder):
+    healthy = False
+
+    async def record(self, decision: Decision, request: AdmissionInput, stage: Stage) -> None:
+        raise RecordError("disk full")
+
+
+class HangingLive:
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def context(self, config: Config, request: AdmissionInput, timeout: float) -> LiveContext | None:
+        await asyncio.Event().wait()  # ignores its own budget: the server's bound must hold
+        return None
+
+
+async def timed_post(http: aiohttp.ClientSession, url: str, body: Any) -> tuple[float, int, dict[str, Any]]:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with http.post(url, json=body) as resp:
+        data = await resp.json()
+        return loop.time() - started, resp.status, data
+
+
+async def test_a_hanging_engine_gets_a_500_within_the_deadline(
+    start_webhook: StartWebhook, http: aiohttp.ClientSession
+) -> None:
+    server = await start_webhook(settings=ServiceSettings(deadline=0.3))
+    elapsed, status, body = await timed_post(
+        http, server.url + "/validate", make_review(trainjob(**{SLEEP: "1.5"}), uid="u")
+    )
+    assert status == 500 and elapsed < 1.2
+    assert body["message"].startswith("mpigate could not evaluate the request within its deadline")
+    # The event loop stayed free while the engine thread was stuck.
+    async with http.get(server.url + "/healthz") as resp:
+        assert resp.status == 200
+
+
+async def test_hanging_live_lookups_fall_back_to_static_checks_in_time(
+    start_webhook: StartWebhook, http: aiohttp.ClientSession
+) -> None:
+    server = await start_webhook(live=HangingLive(), settings=ServiceSettings(deadline=0.6, live_timeout=0.2))
+    elapsed, status, body = await timed_post(http, server.url + "/validate", make_review(trainjob(), uid="u"))
+    assert status == 200 and elapsed < 0.6
+    assert body["response"]["allowed"] is True
+    assert body["response"]["warnings"] == ["live quota context unavailable: not read within 200 ms"]
+
+
+async def test_no_answer_without_a_durable_record(
+    start_webhook: StartWebhook, http: aiohttp.ClientSession
+) -> None:
+    slow = SlowRecorder(delay=0.5)
+    server = await start_webhook(recorder=slow, settings=ServiceSettings(deadline=0.2))
+    elapsed, status, body = await timed_post(
+        http, server.url + "/validate", make_review(trainjob(), uid="late")
+    )
+    assert status == 500 and elapsed < 0.45
+    assert body["message"].startswith("mpigate could not make the audit record durable within its deadline")
+    # The write was not torn: it completes after the answer.
+    await wait_for(lambda: [r.request.uid for r in slow.records] == ["late"])
+    async with http.get(server.url + "/metrics") as resp:
+        assert 'mpigate_deadline_exceeded_total{phase="audit"} 1.0' in await resp.text()
+
+
+async def test_a_failed_record_fails_the_request(
+    start_webhook: StartWebhook, http: aiohttp.ClientSession
+) -> None:
+    server = await start_webhook(recorder=BrokenRecorder())
+    for path in ("/mutate", "/validate"):
+        _, status, body = await timed_post(http, server.url + path, make_review(trainjob(), uid="u"))
+        assert status == 500 and body["reason"] == "InternalError"
+        assert body["message"].startswith("mpigate could not write the audit record (RecordError)")
+    async with http.get(server.url + "/metrics") as resp:
+        text = await resp.text()
+    assert "mpigate_audit_write_errors_total 2.0" in text
+    async with http.get(server.url + "/readyz") as resp:
+        assert resp.status == 503 and (await resp.json())["status"] == "audit trail not writable"
+    assert (
+        'mpigate_admission_requests_total{decision="error",endpoint="validate",'
+        'kind="TrainJob",operation="CREATE"} 1.0' in text
+    )
