@@ -213,3 +213,11 @@ def test_export_of_a_tampered_chain_exits_1(audit_dir, hmac_key_file):
     result = CliRunner().invoke(cli, ["audit", "export", str(audit_dir), "--key", str(hmac_key_file)])
     assert result.exit_code == 1
     assert "integrity edited: " in result.stderr and segment.name in result.stderr
+
+
+def test_export_to_an_unwritable_path_is_a_usage_error(audit_dir, tmp_path):
+    target = tmp_path / "missing-dir" / "out.csv"
+    result = CliRunner().invoke(
+        cli, ["audit", "export", str(audit_dir), "--format", "csv", "-o", str(target)]
+    )
+    assert result.exit_code == 2 and "cannot write" in result.output and not target.exists()

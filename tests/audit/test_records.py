@@ -208,3 +208,29 @@ def test_lifecycle_and_evidence_entries():
     )
     assert evidence["stage"] == "evidence" and evidence["evidence"]["region"] == "eu"
     assert evidence["evidence"]["node"] == "gpu-eu-17"
+
+
+def test_real_engine_decisions_leave_no_secret_in_the_files(tmp_path):
+    """The engine's own decisions (mutate and validate) on secret-laden TrainJobs of the example org."""
+    from mpigate.config import load
+    from mpigate.policy import evaluate
+    from tests.conftest import REPO, TODAY
+
+    config = load(REPO, revision="test", today=TODAY)
+    now = dt.datetime.combine(TODAY, dt.time(12), tzinfo=dt.UTC)
+    example = yaml.safe_load((REPO / "examples" / "trainjobs" / "deny-plaintext-secret.yaml").read_text())
+    jobs = [trainjob(), example]
+    secrets = [*SECRETS[:6], *(e["value"] for e in example["spec"]["trainer"]["env"])]
+    outcomes = []
+    with AuditLog.open(tmp_path / "audit", chain="engine", signer=HmacSigner(HMAC_SECRET)) as log:
+        for obj in jobs:
+            request = admission(obj)
+            decision = evaluate(config, request, None, now)
+            outcomes.append((decision.outcome, decision.rule_ids))
+            log.append(record_from_decision(decision, request, "mutate", "webhook"))
+            log.append(record_from_decision(decision, request, "validate", "webhook"))
+    assert all(outcome == "denied" for outcome, _ in outcomes), outcomes
+    blob = b"".join(p.read_bytes() for p in (tmp_path / "audit").rglob("*") if p.is_file())
+    for secret in secrets:
+        assert secret.encode() not in blob, secret
+    assert b"AWS_SECRET_ACCESS_KEY" in blob  # the finding still names the variable

@@ -24,6 +24,7 @@ See docs/audit.md for the record format and the guarantees.
 
 from .errors import AuditClosedError, AuditError, AuditKeyError, AuditLockedError, AuditWriteError
 from .metrics import AuditMetrics
+from .reader import AuditEntry, ChainReader, ChainReport, IntegrityProblem, read_chains, verify_chain
 from .records import REDACTED, evidence_record, lifecycle_record, record_from_decision, redact
 from .signing import Ed25519Signer, HmacSigner, KeyRing, Signer, generate_key, load_signer
 from .writer import AsyncAuditLog, AuditLog, WriterOptions, WrittenRecord
@@ -32,14 +33,18 @@ __all__ = [
     "REDACTED",
     "AsyncAuditLog",
     "AuditClosedError",
+    "AuditEntry",
     "AuditError",
     "AuditKeyError",
     "AuditLockedError",
     "AuditLog",
     "AuditMetrics",
     "AuditWriteError",
+    "ChainReader",
+    "ChainReport",
     "Ed25519Signer",
     "HmacSigner",
+    "IntegrityProblem",
     "KeyRing",
     "Signer",
     "WriterOptions",
@@ -48,6 +53,8 @@ __all__ = [
     "generate_key",
     "lifecycle_record",
     "load_signer",
+    "read_chains",
     "record_from_decision",
     "redact",
+    "verify_chain",
 ]

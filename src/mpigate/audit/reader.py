@@ -57,6 +57,7 @@ PROBLEM_KINDS: Mapping[str, str] = {
     "unchecked-signatures": "no key was given, so signatures were not checked",
     "unsigned-checkpoints": "the writer had no signing key",
     "in-progress": "the newest line is still being written by a live writer",
+    "unreadable": "a segment file cannot be read (permissions, I/O error)",
 }
 
 _HASH_WINDOW = 256  # recent seq → hash kept for checking links across small reorders
@@ -246,7 +247,13 @@ class ChainReader:
                 size = 0
             report.bytes += size
             file = str(path)
-            with path.open("rb") as fh:
+            try:
+                fh = path.open("rb")
+            except OSError as exc:
+                self._problem("unreadable", path, None, f"cannot read the segment: {exc.strerror or exc}")
+                previous = (path, 0, None, True)
+                continue
+            with fh:
                 for lineno, raw in enumerate(fh, start=1):
                     lines = lineno
                     complete = raw.endswith(b"\n")

@@ -164,12 +164,12 @@ def _open_output(path: str, binary: bool) -> Iterator[IO[Any]]:
                 text.flush()
                 text.detach()
         return
-    if binary:
-        with open(path, "wb") as raw:
-            yield raw
-    else:
-        with open(path, "w", encoding="utf-8", newline="") as fh:
-            yield fh
+    try:
+        handle: IO[Any] = open(path, "wb") if binary else open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115
+    except OSError as exc:
+        raise click.BadParameter(f"cannot write {path}: {exc.strerror or exc}", param_hint="-o") from exc
+    with handle:
+        yield handle
 
 
 @audit_group.command("export")
@@ -186,7 +186,13 @@ def _open_output(path: str, binary: bool) -> Iterator[IO[Any]]:
 @click.option("--to", "until", help="Only records before this RFC 3339 time or date (UTC).")
 @click.option("--team", help="Only records of this team.")
 @click.option(
-    "-o", "--output", "output", default="-", show_default=True, help="Output file ('-' for stdout)."
+    "-o",
+    "--output",
+    "output",
+    default="-",
+    show_default=True,
+    type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+    help="Output file ('-' for stdout).",
 )
 @_key_options
 def export_command(

@@ -37,6 +37,9 @@ def parse_quantity(value: str | int | float) -> Fraction:
         return Fraction(value)
     if isinstance(value, float):
         return Fraction(str(value))
+    if not isinstance(value, str):
+        # null, lists or maps in a resources map: a type error the callers already report
+        raise TypeError(f"{value!r} is not a quantity")
     text = value.strip()
     match = _QUANTITY.match(text)
     if not match:
