@@ -252,9 +252,13 @@ def lifecycle_record(
     reason: str | None = None,
     revision: str | None = None,
     source: str = "controller",
+    at: str | None = None,
 ) -> dict[str, Any]:
     """A ``lifecycle`` entry: a job ``started``, ``finished``, ``failed``, ``suspended``,
-    ``deleted`` ... with its GPU count and consumed GPU-seconds (chargeback)."""
+    ``deleted`` ... with its GPU count and consumed GPU-seconds (chargeback).
+
+    ``at`` is when the transition happened (the record's own ``time`` is when it was written,
+    which may be later: the controller may see a transition late); omitted when not given."""
     entry: dict[str, Any] = {
         "source": source,
         "stage": "lifecycle",
@@ -276,6 +280,8 @@ def lifecycle_record(
         },
         "revision": revision,
     }
+    if at is not None:
+        entry["lifecycle"]["at"] = at
     result: dict[str, Any] = redact(entry)
     return result
 
