@@ -78,14 +78,14 @@ def build_registry(
     @kopf.on.resume(*TRAINJOBS, registry=registry, id="network-policy")
     @kopf.on.create(*TRAINJOBS, registry=registry, id="network-policy")
     @kopf.on.update(*TRAINJOBS, field="metadata.labels", registry=registry, id="network-policy")
-    async def network_policy(body: kopf.Body, retry: int, **_: Any) -> dict[str, str]:
+    async def network_policy(body: kopf.Body, retry: int, **_: Any) -> None:
+        # Returns nothing: kopf would store a result in the TrainJob's status, which is Trainer's.
         try:
-            result = await reconciler.ensure_network_policy(body)
+            await reconciler.ensure_network_policy(body)
         except KubeError as exc:
             raise kopf.TemporaryError(f"NetworkPolicy: {exc}", delay=_delay(retry)) from exc
         except NoConfigError as exc:
             raise kopf.TemporaryError(str(exc), delay=_delay(retry)) from exc
-        return {"networkPolicy": result}
 
     @kopf.on.event(*TRAINJOBS, registry=registry)
     async def trainjob_event(event: kopf.RawEvent, **_: Any) -> None:

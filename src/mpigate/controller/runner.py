@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from mpigate.config import Config
 from .api import ControllerApi
 from .events import EventPoster
 from .handlers import build_registry, build_settings
-from .leader import LeadershipLost, LeaseElector, LeaseSettings
+from .leader import LeaseElector, LeaseSettings
 from .metrics import ControllerMetrics
 from .reconciler import Reconciler
 from .recording import AuditTrailRecorder, LogRecorder, Recorder
@@ -91,7 +92,7 @@ def connection_info(kube: KubeConfig) -> kopf.ConnectionInfo:
 
 class _Health:
     def __init__(self) -> None:
-        self.kopf_task: asyncio.Task[Any] | None = None
+        self.kopf_done: asyncio.Future[BaseException | None] | None = None
         self.recorder: Recorder | None = None
         self.store: ConfigStore | None = None
 
@@ -104,7 +105,7 @@ def _metrics_app(metrics: ControllerMetrics, health: _Health) -> web.Application
 
     async def healthz(_: web.Request) -> web.Response:
         problems = []
-        if health.kopf_task is not None and health.kopf_task.done():
+        if health.kopf_done is not None and health.kopf_done.done():
             problems.append("kopf stopped")
         if health.recorder is not None and not health.recorder.healthy:
             problems.append("audit trail unhealthy")
@@ -181,7 +182,6 @@ async def run_controller(
     health.store = store
 
     client = KubeClient(options.kube, user_agent="mpigate-controller", request_timeout=30.0)
-    api = ControllerApi(client)
     recorder = await _open_recorder(options, loaded.config, metrics)
     health.recorder = recorder
     runner = web.AppRunner(_metrics_app(metrics, health), access_log=None)
@@ -190,7 +190,11 @@ async def run_controller(
     await site.start()
     if started is not None:
         started(_bound_port(runner, options.metrics_port))
-    elector = LeaseElector(api, options.lease, options.identity) if options.leader_election else None
+    elector = (
+        LeaseElector(ControllerApi(client), options.lease, options.identity)
+        if options.leader_election
+        else None
+    )
     try:
         if elector is not None:
             log.info(
@@ -199,7 +203,7 @@ async def run_controller(
             if not await elector.acquire(stop):
                 return ExitCode.OK
         metrics.leader.set(1)
-        return await _lead(options, store, api, recorder, metrics, health, elector, stop)
+        return await _lead(options, store, recorder, metrics, health, elector, stop)
     finally:
         metrics.leader.set(0)
         if elector is not None:
@@ -209,81 +213,133 @@ async def run_controller(
         await client.close()
 
 
+class _KopfThread(threading.Thread):
+    """kopf and the reconciler in a thread with its own event loop.
+
+    kopf cancels, when it stops, every task of its loop that appeared while it ran ("hung
+    tasks"); in a loop of its own that cannot hit the metrics server, the Lease renewal or an
+    embedding application's tasks. The thread ends when ``stop_flag`` is set or kopf fails."""
+
+    def __init__(
+        self,
+        options: ControllerOptions,
+        store: ConfigStore,
+        recorder: Recorder,
+        metrics: ControllerMetrics,
+        done: Callable[[BaseException | None], None],
+    ) -> None:
+        super().__init__(name="kopf", daemon=True)
+        self.options = options
+        self.store = store
+        self.recorder = recorder
+        self.metrics = metrics
+        self.stop_flag = threading.Event()
+        self._done = done
+
+    def run(self) -> None:
+        error: BaseException | None = None
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # reported to the main loop, which decides the exit code
+            error = exc
+        self._done(error)
+
+    async def _main(self) -> None:
+        options, store, metrics = self.options, self.store, self.metrics
+        client = KubeClient(options.kube, user_agent="mpigate-controller", request_timeout=30.0)
+        api = ControllerApi(client)
+
+        def current_config() -> Config | None:
+            loaded = store.current
+            return loaded.config if loaded is not None else None
+
+        reconciler = Reconciler(
+            config=current_config,
+            api=api,
+            recorder=self.recorder,
+            metrics=metrics,
+            events=EventPoster(api, metrics, options.identity),
+            namespace_label=options.namespace_label,
+            clock=lambda: dt.datetime.now(dt.UTC),
+        )
+
+        async def reload() -> None:
+            changed = await store.poll()
+            if changed is False:
+                metrics.config_reload_failures.inc()
+            elif changed and store.current is not None:
+                metrics.config.info({"revision": store.current.revision})
+                await reconciler.resync()  # egress lists, profiles or teams may have changed
+
+        async def resync() -> None:
+            jobs, failures = await reconciler.resync()
+            log.info("resync: %d TrainJobs, %d failures", jobs, failures)
+
+        # Created before kopf starts, so that kopf does not count them among its own tasks.
+        background = [
+            asyncio.create_task(_every(options.reload_seconds, reload, "config reload"), name="reload"),
+            asyncio.create_task(_every(options.resync_seconds, resync, "resync"), name="resync"),
+        ]
+        try:
+            await kopf.operator(
+                registry=build_registry(reconciler, login=lambda **_: connection_info(options.kube)),
+                settings=build_settings(watch_timeout=options.watch_timeout),
+                clusterwide=True,
+                standalone=True,  # no kopf peering: the Lease decides who runs
+                stop_flag=self.stop_flag,
+            )
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await client.close()
+
+
 async def _lead(
     options: ControllerOptions,
     store: ConfigStore,
-    api: ControllerApi,
     recorder: Recorder,
     metrics: ControllerMetrics,
     health: _Health,
     elector: LeaseElector | None,
     stop: asyncio.Event,
 ) -> int:
-    def current_config() -> Config | None:
-        loaded = store.current
-        return loaded.config if loaded is not None else None
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Future[BaseException | None] = loop.create_future()
 
-    reconciler = Reconciler(
-        config=current_config,
-        api=api,
-        recorder=recorder,
-        metrics=metrics,
-        events=EventPoster(api, metrics, options.identity),
-        namespace_label=options.namespace_label,
-        clock=lambda: dt.datetime.now(dt.UTC),
-    )
+    def settle(error: BaseException | None) -> None:
+        if not finished.done():
+            finished.set_result(error)
 
-    async def reload() -> None:
-        changed = await store.poll()
-        if changed is False:
-            metrics.config_reload_failures.inc()
-        elif changed and store.current is not None:
-            metrics.config.info({"revision": store.current.revision})
-            await reconciler.resync()  # egress lists, profiles or teams may have changed
+    def done(error: BaseException | None) -> None:
+        loop.call_soon_threadsafe(settle, error)
 
-    async def resync() -> None:
-        jobs, failures = await reconciler.resync()
-        log.info("resync: %d TrainJobs, %d failures", jobs, failures)
-
-    kopf_stop = asyncio.Event()
-    registry = build_registry(reconciler, login=lambda **_: connection_info(options.kube))
-    operator = asyncio.create_task(
-        kopf.operator(
-            registry=registry,
-            settings=build_settings(watch_timeout=options.watch_timeout),
-            clusterwide=True,
-            standalone=True,  # no kopf peering: the Lease decides who runs
-            stop_flag=kopf_stop,
-        ),
-        name="kopf",
-    )
-    health.kopf_task = operator
-    tasks: dict[str, asyncio.Task[Any]] = {
-        "kopf": operator,
-        "stop": asyncio.create_task(stop.wait(), name="stop"),
-        "reload": asyncio.create_task(_every(options.reload_seconds, reload, "config reload"), name="reload"),
-        "resync": asyncio.create_task(_every(options.resync_seconds, resync, "resync"), name="resync"),
-    }
+    thread = _KopfThread(options, store, recorder, metrics, done)
+    health.kopf_done = finished
+    thread.start()
+    waits: dict[str, asyncio.Future[Any]] = {"kopf": finished, "stop": asyncio.ensure_future(stop.wait())}
     if elector is not None:
-        tasks["lease"] = asyncio.create_task(elector.hold(), name="lease")
+        waits["lease"] = asyncio.ensure_future(elector.hold())
     code = ExitCode.OK
     try:
-        done, _ = await asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
-        finished = next(iter(done))
-        if finished is tasks.get("lease"):
-            exc = finished.exception()
-            if isinstance(exc, LeadershipLost):
-                log.error("%s; stopping (a standby takes over)", exc)
-                code = ExitCode.FAILED
-        elif finished is operator and operator.exception() is not None:
-            log.error("kopf stopped: %s", operator.exception())
+        done_set, _ = await asyncio.wait(waits.values(), return_when=asyncio.FIRST_COMPLETED)
+        first = next(iter(done_set))
+        if first is waits.get("lease"):
+            exc = first.exception()
+            log.error("%s; stopping (a standby takes over)", exc)
+            code = ExitCode.FAILED
+        elif first is finished:
+            if finished.result() is not None:
+                log.error("kopf stopped: %s", finished.result())
+            else:
+                log.error("kopf stopped by itself")
             code = ExitCode.FAILED
     finally:
-        kopf_stop.set()
-        for name, task in tasks.items():
+        thread.stop_flag.set()
+        for name, waiting in waits.items():
             if name != "kopf":
-                task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(operator, timeout=30)
-        await asyncio.gather(*(t for n, t in tasks.items() if n != "kopf"), return_exceptions=True)
+                waiting.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(finished), timeout=60)
+        await asyncio.gather(*(w for n, w in waits.items() if n != "kopf"), return_exceptions=True)
     return code
