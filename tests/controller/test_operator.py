@@ -4,7 +4,6 @@ created and repaired, lifecycle and evidence records in a real audit trail, Even
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,16 +13,15 @@ import aiohttp
 import kmock as kmock_lib
 import pytest
 import pytest_asyncio
-import yaml
+from tests.conftest import REPO
+from tests.controller.conftest import example_job
+from tests.controller.kube import NP, TJ, Api, alive, declare, events, wait_for
 
 from mpigate.admission.kube import KubeConfig
-from mpigate.audit import KeyRing, generate_key, read_chains
+from mpigate.audit import generate_key
 from mpigate.controller.leader import LeaseSettings
 from mpigate.controller.metrics import ControllerMetrics
 from mpigate.controller.runner import ControllerOptions, run_controller
-from tests.conftest import REPO
-from tests.controller.conftest import example_job
-from tests.controller.kube import EVENTS, NP, PODS, TJ, Api, alive, declare, events, wait_for
 
 JOBSET = "jobset.sigs.k8s.io/jobset-name"
 
