@@ -15,15 +15,16 @@ import pytest
 import pytest_asyncio
 from tests.conftest import REPO
 from tests.controller.conftest import example_job
-from tests.controller.kube import NP, TJ, Api, alive, declare, events, wait_for
+from tests.controller.kube import NP, PODS, TJ, Api, alive, declare, events, wait_for
 
 from mpigate.admission.kube import KubeConfig
-from mpigate.audit import generate_key
+from mpigate.audit import KeyRing, generate_key, read_chains
 from mpigate.controller.leader import LeaseSettings
 from mpigate.controller.metrics import ControllerMetrics
 from mpigate.controller.runner import ControllerOptions, run_controller
 
 JOBSET = "jobset.sigs.k8s.io/jobset-name"
+RECONCILES = "mpigate_controller_reconciles_total"
 
 
 @dataclass
@@ -150,7 +151,7 @@ async def test_policies_for_both_profiles_owned_by_their_jobs(
                 "blockOwnerDeletion": True,
             }
         ]
-    assert events(kmock, "nlp-team", "phi-finetune")[0] == (
+    assert (await wait_for(lambda: events(kmock, "nlp-team", "phi-finetune")))[0] == (
         "Normal",
         "NetworkPolicyCreated",
         "Created NetworkPolicy mpigate-phi-finetune: profile pinned-ports (data classification phi).",
@@ -332,3 +333,234 @@ async def test_409_on_create_reads_compares_and_repairs(
         )
     )
     assert controller.metric("mpigate_controller_errors_total", kind="networkpolicy", reason="http-409") == 0
+
+
+def pod(
+    name: str, job: str, replicated: str, node: str, uid: str, started: str, finished: str | None = None
+) -> dict[str, Any]:
+    state: dict[str, Any] = {"running": {"startedAt": started}}
+    if finished:
+        state = {"terminated": {"startedAt": started, "finishedAt": finished, "exitCode": 0}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "nlp-team",
+            "uid": uid,
+            "labels": {JOBSET: job, "jobset.sigs.k8s.io/replicatedjob-name": replicated},
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "node", "image": "x"}]},
+        "status": {
+            "phase": "Succeeded" if finished else "Running",
+            "containerStatuses": [{"name": "node", "state": state}],
+        },
+    }
+
+
+def condition(kind: str, status: str, at: str, reason: str) -> dict[str, Any]:
+    return {"type": kind, "status": status, "reason": reason, "message": "", "lastTransitionTime": at}
+
+
+async def test_lifecycle_and_evidence_records_in_the_audit_trail(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller, key_file: Path
+) -> None:
+    """A Kueue job through admission, start, success and deletion with re-delivered events; its two
+    pods run in eu and — wrongly — in us. ``minimal`` asks 4 GPUs per pod (node and launcher)."""
+    job = trainjob("minimal", uid="uid-life", suspend=True)
+    job["status"] = {"conditions": [condition("Suspended", "True", "2026-11-22T09:00:01Z", "Suspended")]}
+    await api.create(TJ, "nlp-team", job)
+    admitted = {
+        "spec": {"suspend": False},
+        "status": {"conditions": [condition("Suspended", "False", "2026-11-22T10:00:00Z", "Resumed")]},
+    }
+    await api.patch(TJ, "nlp-team", "minimal", admitted)
+    await api.create(
+        PODS,
+        "nlp-team",
+        pod("minimal-node-0-0-aaaaa", "minimal", "node", "gpu-eu-1", "p-1", "2026-11-22T10:01:00Z"),
+    )
+    await api.create(
+        PODS,
+        "nlp-team",
+        pod("minimal-launcher-0-0-bbbbb", "minimal", "launcher", "gpu-us-1", "p-2", "2026-11-22T10:01:30Z"),
+    )
+
+    def annotation(key: str) -> str:
+        stored = alive(kmock, TJ, "nlp-team", "minimal") or {}
+        return str(stored.get("metadata", {}).get("annotations", {}).get(key, ""))
+
+    await wait_for(lambda: annotation("mpigate.io/lifecycle").count("@") == 2, what="admitted and started")
+    assert annotation("mpigate.io/lifecycle") == "admitted@2026-11-22T10:00:00Z,started@2026-11-22T10:01:00Z"
+    await wait_for(lambda: annotation("mpigate.io/evidence").count(",") == 1, what="both placements")
+    mismatch = await wait_for(
+        lambda: [e for e in events(kmock, "nlp-team", "minimal") if e[1] == "ResidencyMismatch"]
+    )
+    assert mismatch == [
+        (
+            "Warning",
+            "ResidencyMismatch",
+            "pod minimal-launcher-0-0-bbbbb runs on node gpu-us-1 in region us "
+            "(topology.kubernetes.io/region=us-east-1); allowed: eu (team nlp-team is in eu)",
+        )
+    ]
+
+    # the pods finish, Trainer marks the job Complete; then events are re-delivered many times
+    for name, uid, replicated, node, start, end in (
+        ("minimal-node-0-0-aaaaa", "p-1", "node", "gpu-eu-1", "2026-11-22T10:01:00Z", "2026-11-22T10:31:00Z"),
+        (
+            "minimal-launcher-0-0-bbbbb",
+            "p-2",
+            "launcher",
+            "gpu-us-1",
+            "2026-11-22T10:01:30Z",
+            "2026-11-22T10:31:30Z",
+        ),
+    ):
+        await api.patch(
+            PODS,
+            "nlp-team",
+            name,
+            {"status": pod(name, "minimal", replicated, node, uid, start, end)["status"]},
+        )
+    done = [
+        condition("Suspended", "False", "2026-11-22T10:00:00Z", "Resumed"),
+        condition("Complete", "True", "2026-11-22T10:32:00Z", "JobsCompleted"),
+    ]
+    await api.patch(TJ, "nlp-team", "minimal", {"status": {"conditions": done}})
+    await wait_for(
+        lambda: "succeeded@2026-11-22T10:32:00Z" in annotation("mpigate.io/lifecycle"), what="succeeded"
+    )
+    for i in range(3):
+        await api.patch(
+            TJ, "nlp-team", "minimal", {"metadata": {"annotations": {"example.com/touch": str(i)}}}
+        )
+        await api.patch(
+            PODS, "nlp-team", "minimal-node-0-0-aaaaa", {"metadata": {"annotations": {"touch": str(i)}}}
+        )
+    await wait_for(lambda: annotation("example.com/touch") == "2")
+    await api.delete(TJ, "nlp-team", "minimal")
+    await wait_for(
+        lambda: controller.metric("mpigate_controller_lifecycle_records_total", event="deleted") == 1
+    )
+    assert (
+        controller.metric("mpigate_controller_residency_mismatches_total", team="nlp-team", region="us") == 1
+    )
+    assert controller.metric("mpigate_controller_gpu_seconds_total", team="nlp-team") == 14400
+    assert await controller.shutdown() == 0  # closes the audit trail with a signed checkpoint
+
+    reading = read_chains([controller.options.audit_dir], keys=KeyRing.load([key_file]))
+    records = [entry.record for entry in reading]
+    assert reading.ok, [r.to_dict() for r in reading.reports]
+    lifecycle = [r for r in records if r["stage"] == "lifecycle"]
+    assert [(r["lifecycle"]["event"], r["lifecycle"]["at"]) for r in lifecycle] == [
+        ("admitted", "2026-11-22T10:00:00Z"),
+        ("started", "2026-11-22T10:01:00Z"),
+        ("succeeded", "2026-11-22T10:32:00Z"),
+        ("deleted", lifecycle[-1]["lifecycle"]["at"]),
+    ]
+    succeeded = lifecycle[2]
+    assert succeeded["source"] == "controller"
+    assert succeeded["team"] == "nlp-team"
+    assert succeeded["object"] == {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "namespace": "nlp-team",
+        "name": "minimal",
+    }
+    # 4 GPUs × 30 min for each pod
+    assert {
+        k: succeeded["lifecycle"][k] for k in ("uid", "gpus", "gpuSeconds", "started", "finished", "reason")
+    } == {
+        "uid": "uid-life",
+        "gpus": 8,
+        "gpuSeconds": 14400.0,
+        "started": "2026-11-22T10:01:00Z",
+        "finished": "2026-11-22T10:32:00Z",
+        "reason": "JobsCompleted",
+    }
+    assert lifecycle[3]["lifecycle"]["gpuSeconds"] == 0.0
+    evidence = sorted((r for r in records if r["stage"] == "evidence"), key=lambda r: r["evidence"]["pod"])
+    assert [
+        (
+            e["evidence"]["pod"],
+            e["evidence"]["node"],
+            e["evidence"]["region"],
+            e["evidence"]["details"]["compliant"],
+        )
+        for e in evidence
+    ] == [
+        ("minimal-launcher-0-0-bbbbb", "gpu-us-1", "us", False),
+        ("minimal-node-0-0-aaaaa", "gpu-eu-1", "eu", True),
+    ]
+    assert evidence[1]["evidence"]["zone"] == "eu-west-1a"
+    assert evidence[1]["evidence"]["flavor"] == "a100-eu"
+    assert evidence[0]["evidence"]["details"]["expectedRegions"] == ["eu"]
+
+
+async def test_only_the_lease_holder_acts_and_a_standby_takes_over(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, tmp_path: Path, key_file: Path
+) -> None:
+    first = start(options_for(kmock, tmp_path / "a", key_file, identity="controller-a"))
+    second: Controller | None = None
+    events_path = "/api/v1/namespaces/nlp-team/events"
+    try:
+        await wait_for(lambda: first.metric("mpigate_controller_leader") == 1, what="a leads")
+        second = start(options_for(kmock, tmp_path / "b", key_file, identity="controller-b"))
+        lease_reads = "/apis/coordination.k8s.io/v1/namespaces/mpigate-system/leases/mpigate-controller"
+        await wait_for(lambda: len(list(kmock["get", lease_reads])) >= 6, what="b trying")
+        assert second.metric("mpigate_controller_leader") == 0
+        lease = alive(kmock, "coordination.k8s.io/v1/leases", "mpigate-system", "mpigate-controller")
+        assert lease["spec"]["holderIdentity"] == "controller-a"
+
+        await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
+        posted = await wait_for(lambda: [r.data for r in kmock["post", events_path]], what="event")
+        assert {e["reportingInstance"] for e in posted} == {"controller-a"}
+
+        assert await first.shutdown() == 0  # releases the lease: b takes over at once
+        await wait_for(lambda: second.metric("mpigate_controller_leader") == 1, timeout=5, what="b leads")
+        await wait_for(
+            lambda: second.metric(RECONCILES, kind="networkpolicy", result="unchanged"),
+            what="b has seen the policy",
+        )
+        await api.delete(NP, "nlp-team", "mpigate-minimal")
+        await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"), what="b repairs")
+        repaired = await wait_for(
+            lambda: [
+                r.data for r in kmock["post", events_path] if r.data["reportingInstance"] == "controller-b"
+            ]
+        )
+        assert repaired[0]["reason"] == "NetworkPolicyRepaired"
+        assert await second.shutdown() == 0
+    finally:
+        for running in (first, second):
+            if running is not None and not running.task.done():
+                await running.shutdown()
+
+
+async def test_a_leader_that_loses_its_lease_stops(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
+) -> None:
+    lease = ("coordination.k8s.io/v1/leases", "mpigate-system", "mpigate-controller")
+    await wait_for(lambda: alive(kmock, *lease))
+    await api.patch(
+        *lease, {"spec": {"holderIdentity": "intruder", "renewTime": "2026-11-22T10:00:00.000000Z"}}
+    )
+    assert await asyncio.wait_for(controller.task, 10) == 1
+    assert controller.metric("mpigate_controller_leader") == 0
+
+
+async def test_a_config_that_does_not_load_is_fatal_at_startup(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, tmp_path: Path, key_file: Path
+) -> None:
+    broken = tmp_path / "config"
+    broken.mkdir()
+    (broken / "org.yaml").write_text(
+        "apiVersion: mpigate.io/v1alpha1\nkind: OrgPolicy\nmetadata: {name: x}\nspec: {bogus: 1}\n"
+    )
+    running = start(options_for(kmock, tmp_path, key_file, config_path=broken))
+    assert await asyncio.wait_for(running.task, 10) == 2
+    assert (
+        list(kmock["get", "/apis/coordination.k8s.io/v1/namespaces/mpigate-system/leases/mpigate-controller"])
+        == []
+    )
