@@ -90,6 +90,17 @@ async def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: st
         await asyncio.sleep(0.05)
 
 
+async def holds(predicate: Callable[[], Any], window: float) -> bool:
+    """Whether ``predicate`` stays true for ``window`` seconds (polled)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + window
+    while loop.time() < end:
+        if not predicate():
+            return False
+        await asyncio.sleep(0.02)
+    return bool(predicate())
+
+
 class Api:
     """Acting on the fake cluster as users and other controllers would (kubectl, Kueue, Trainer)."""
 

@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 from tests.conftest import REPO
 from tests.controller.conftest import example_job
-from tests.controller.kube import NP, PODS, TJ, Api, alive, declare, events, wait_for
+from tests.controller.kube import NP, PODS, TJ, Api, alive, declare, events, holds, wait_for
 
 from mpigate.admission.kube import KubeConfig
 from mpigate.audit import KeyRing, generate_key, read_chains
@@ -564,3 +564,18 @@ async def test_a_config_that_does_not_load_is_fatal_at_startup(
         list(kmock["get", "/apis/coordination.k8s.io/v1/namespaces/mpigate-system/leases/mpigate-controller"])
         == []
     )
+
+
+async def test_policy_garbage_collected_with_its_job_is_not_recreated(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
+) -> None:
+    await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
+    await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"))
+    await api.delete(TJ, "nlp-team", "minimal")
+    await api.delete(NP, "nlp-team", "mpigate-minimal")  # what the garbage collector does
+    await wait_for(
+        lambda: controller.metric("mpigate_controller_lifecycle_records_total", event="deleted") == 1
+    )
+    # a negative claim needs a window: a wrong recreation would show within it
+    assert await holds(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal") is None, window=0.5)
+    assert [e[1] for e in events(kmock, "nlp-team", "minimal")] == ["NetworkPolicyCreated"]

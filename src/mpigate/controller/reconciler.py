@@ -301,6 +301,11 @@ class Reconciler:
         if trainjob is None:
             return None  # the job is gone (garbage collection deletes its policy) or not seen yet
         if event_type == "DELETED":
+            # Garbage collection after the job's deletion, whose event may not have arrived yet?
+            current = await self.api.get(trainjob_path(namespace, job))
+            if current is None or _meta(current).get("uid") != _meta(trainjob).get("uid"):
+                return None
+            trainjob = current
             self._policies_seen.add((namespace, job))
         return await self.ensure_network_policy(trainjob, cause=f" after {event_type or 'listing'}")
 
