@@ -111,3 +111,7 @@ print(f"preflight verdict {verdict}, but {len(outside)} sockets outside the pinn
 for process, family, local in listeners[:6]:
     print(f"  {process:7} {family} LISTEN {local}")
 '
+
+step "The NetworkPolicy the controller puts around a PHI job (pinned ports from its data classification)"
+echo "\$ mpigate controller --config . --print-netpol examples/trainjobs/phi-pinned.yaml"
+mpigate controller --config . --print-netpol examples/trainjobs/phi-pinned.yaml

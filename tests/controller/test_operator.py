@@ -175,9 +175,7 @@ async def test_policies_for_both_profiles_owned_by_their_jobs(
     assert "finalizers" not in stored["metadata"]
     foreign = [k for k in stored["metadata"]["annotations"] if not k.startswith("mpigate.io/")]
     assert foreign == []
-    assert (
-        controller.metric("mpigate_controller_reconciles_total", kind="networkpolicy", result="created") == 3
-    )
+    await wait_for(lambda: controller.metric(RECONCILES, kind="networkpolicy", result="created") == 3)
 
 
 async def test_metrics_endpoint_serves_the_controller_metrics(
@@ -297,6 +295,14 @@ async def test_500_on_create_is_reported_and_retried(
         what="a successful retry",
     )
     assert controller.metric("mpigate_controller_errors_total", kind="networkpolicy", reason="http-500") == 1
+    # kopf kept the retry in the TrainJob's mpigate.io annotations (never in its status)
+    progress = [
+        r.data["metadata"]["annotations"]["mpigate.io/network-policy"]
+        for r in kmock["patch", "/apis/trainer.kubeflow.org/v1alpha1/namespaces/nlp-team/trainjobs/minimal"]
+        if "mpigate.io/network-policy" in (r.data.get("metadata", {}).get("annotations") or {})
+        and "status" not in r.data
+    ]
+    assert any('"retries":1' in p and "HTTP 500" in p for p in progress if p)
     policy = alive(kmock, NP, "nlp-team", "mpigate-minimal")
     assert policy["metadata"]["ownerReferences"][0]["uid"] == "uid-min"
 

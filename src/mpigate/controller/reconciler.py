@@ -193,7 +193,8 @@ class Reconciler:
         return result
 
     async def _ensure_network_policy(self, trainjob: Mapping[str, Any], key: Key, cause: str) -> str:
-        if _meta(trainjob).get("deletionTimestamp") or not _meta(trainjob).get("uid"):
+        uid = _meta(trainjob).get("uid")
+        if _meta(trainjob).get("deletionTimestamp") or not uid or uid in self._deleted:
             return "skipped"
         team = await self.team_of(trainjob)
         if team is None:
@@ -207,6 +208,8 @@ class Reconciler:
         path = netpol_path(namespace, name)
         async with self._lock(key):
             actual = await self.api.get(path)
+            if actual is None and key in self._policies_seen and not await self._lives(trainjob):
+                return "skipped"  # deleted with its job (garbage collection), not by someone
             if actual is None:
                 try:
                     await self.api.create(netpol_path(namespace), desired)
@@ -239,6 +242,13 @@ class Reconciler:
                 f"NetworkPolicy {name} had been changed ({found}); restored it.",
             )
             return "repaired"
+
+    async def _lives(self, trainjob: Mapping[str, Any]) -> bool:
+        """Whether the TrainJob (this very one: same uid) still exists and is not being deleted."""
+        current = await self.api.get(trainjob_path(*_key(trainjob)))
+        if current is None or _meta(current).get("uid") != _meta(trainjob).get("uid"):
+            return False
+        return not _meta(current).get("deletionTimestamp")
 
     async def _announce_created(
         self, trainjob: Mapping[str, Any], desired: Mapping[str, Any], recreated: bool, cause: str
@@ -301,12 +311,7 @@ class Reconciler:
         if trainjob is None:
             return None  # the job is gone (garbage collection deletes its policy) or not seen yet
         if event_type == "DELETED":
-            # Garbage collection after the job's deletion, whose event may not have arrived yet?
-            current = await self.api.get(trainjob_path(namespace, job))
-            if current is None or _meta(current).get("uid") != _meta(trainjob).get("uid"):
-                return None
-            trainjob = current
-            self._policies_seen.add((namespace, job))
+            self._policies_seen.add((namespace, job))  # a create now restores it (if the job lives)
         return await self.ensure_network_policy(trainjob, cause=f" after {event_type or 'listing'}")
 
     # ------------------------------------------------------------------ lifecycle and evidence
@@ -329,6 +334,8 @@ class Reconciler:
             self._pending_deletions.pop(uid, None)
             self._forget(key, uid)
             return
+        if uid in self._deleted:
+            return  # a late event about a job already gone
         known = self._jobs.get(key)
         if known is not None and _meta(known).get("uid") != uid:
             self._forget(key, str(_meta(known).get("uid") or ""))  # same name, new job
