@@ -162,10 +162,11 @@ class LeaseElector:
         """Wait until this instance leads (True) or ``stop`` is set (False)."""
         while stop is None or not stop.is_set():
             try:
-                if await self.try_acquire_or_renew():
-                    return True
-            except KubeError as exc:
-                log.warning("leader election: %s", exc)
+                async with asyncio.timeout(self.settings.renew_deadline):
+                    if await self.try_acquire_or_renew():
+                        return True
+            except (KubeError, TimeoutError) as exc:
+                log.warning("leader election: %s", exc or "timed out")
             if stop is None:
                 await asyncio.sleep(self.settings.retry_period)
             else:
@@ -178,14 +179,18 @@ class LeaseElector:
         last_renewed = self._clock()
         while True:
             await asyncio.sleep(self.settings.retry_period)
+            # A hanging request must not outlive the deadline: by then a standby may lead.
+            remaining = self.settings.renew_deadline - (self._clock() - last_renewed)
             try:
-                if await self.try_acquire_or_renew():
+                async with asyncio.timeout(max(remaining, 0.001)):
+                    renewed = await self.try_acquire_or_renew()
+                if renewed:
                     last_renewed = self._clock()
                     continue
                 self._leading = False
                 raise LeadershipLost(f"lease {self.settings.name} is held by another instance")
-            except KubeError as exc:
-                log.warning("could not renew lease %s: %s", self.settings.name, exc)
+            except (KubeError, TimeoutError) as exc:
+                log.warning("could not renew lease %s: %s", self.settings.name, exc or "timed out")
             if self._clock() - last_renewed > self.settings.renew_deadline:
                 self._leading = False
                 raise LeadershipLost(

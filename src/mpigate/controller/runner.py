@@ -339,7 +339,9 @@ async def _lead(
         for name, waiting in waits.items():
             if name != "kopf":
                 waiting.cancel()
+        # After a lost Lease another replica may already lead: stop at once (the kopf thread is a
+        # daemon and dies with the process); a graceful stop lets handlers finish.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(finished), timeout=60)
+            await asyncio.wait_for(asyncio.shield(finished), timeout=5 if code == ExitCode.FAILED else 30)
         await asyncio.gather(*(w for n, w in waits.items() if n != "kopf"), return_exceptions=True)
     return code
