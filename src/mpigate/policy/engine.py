@@ -35,7 +35,16 @@ from typing import Any
 from mpigate.catalogue import all_rules
 from mpigate.config import Config, parse_quantity
 from mpigate.config.model import Team
-from mpigate.trainjob import Problem, Resolution, format_quantity, resolve, resolve_runtime
+from mpigate.trainjob import (
+    PreparedRuntime,
+    Problem,
+    Resolution,
+    format_quantity,
+    prepare_runtime,
+    resolve,
+    resolve_runtime,
+)
+from mpigate.trainjob.jsontypes import is_mapping
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 from .context import (
@@ -58,10 +67,11 @@ from .decision import (
     Operation,
     Violation,
 )
-from .demand import build_demand, gpu_resources, is_gpu
+from .demand import build_demand, is_gpu
 from .findings import Finding, short_warning
 from .jsonpatch import diff
 from .mutation import mutate
+from .prepared import config_gpu_resources, prepared_runtime
 from .rules.image import check_image_ref, check_images
 from .rules.lifecycle import check_lifecycle, check_update_guard
 from .rules.network import check_network
@@ -77,6 +87,7 @@ log = logging.getLogger(__name__)
 RUNTIME_KINDS = frozenset({"ClusterTrainingRuntime", "TrainingRuntime"})
 # Rule families whose violations also evidence the data classification's own controls.
 _CLASSIFICATION_FAMILIES = ("MPG-RES-", "MPG-NET-", "MPG-IMG-")
+_OWN_MANAGER = frozenset({MPIGATE_MANAGER})
 
 
 def evaluate(
@@ -125,7 +136,7 @@ def evaluate(
 
 
 def _object(request: AdmissionInput) -> Mapping[str, Any]:
-    return request.obj if isinstance(request.obj, Mapping) else {}
+    return request.obj if is_mapping(request.obj) else {}
 
 
 def _identity(request: AdmissionInput, obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -160,22 +171,22 @@ def _trainjob(
             )
         )
 
-    ctx0, manifest = _job_context(config, request.operation, obj, namespace, name, team, live, resolved=False)
+    ctx0, runtime = _job_context(config, request.operation, obj, namespace, name, team, live, resolved=False)
     patch: list[dict[str, Any]] = []
     target: Mapping[str, Any] = obj
     if request.operation == "CREATE":
-        base = resolve(obj, manifest, exclude_managers=frozenset({MPIGATE_MANAGER})) if manifest else None
+        base = resolve(obj, runtime, exclude_managers=_OWN_MANAGER) if runtime is not None else None
         mutated = mutate(dataclasses.replace(ctx0, resolution=base), obj, base)
         patch = diff(obj, mutated)
         target = mutated
-    ctx, _ = _job_context(config, request.operation, target, namespace, name, team, live, manifest=manifest)
+    ctx, _ = _job_context(config, request.operation, target, namespace, name, team, live, runtime=runtime)
     demand = _demand(ctx)
     findings.extend(_trainjob_findings(ctx, demand))
 
     notes: list[str] = []
-    if request.operation == "UPDATE" and isinstance(request.old_obj, Mapping):
+    if request.operation == "UPDATE" and is_mapping(request.old_obj):
         old = request.old_obj
-        old_ctx, _ = _job_context(config, "UPDATE", old, namespace, name, team, live, manifest=manifest)
+        old_ctx, _ = _job_context(config, "UPDATE", old, namespace, name, team, live, runtime=runtime)
         before = {(f.rule, f.path) for f in _trainjob_findings(old_ctx, _demand(old_ctx))}
         findings = [f for f in findings if (f.rule, f.path) not in before]
         findings.extend(_guarded("MPG-LIFE-003", lambda: check_update_guard(ctx, old)))
@@ -211,9 +222,11 @@ def _job_context(
     team: Team | None,
     live: LiveContext | None,
     *,
-    manifest: Mapping[str, Any] | None = None,
+    runtime: PreparedRuntime | None = None,
     resolved: bool = True,
-) -> tuple[JobContext, Mapping[str, Any] | None]:
+) -> tuple[JobContext, PreparedRuntime | None]:
+    """The context of ``obj`` and its runtime, prepared (looked up unless ``runtime`` is given:
+    the config's are prepared once per config, a live one once per evaluation)."""
     org = config.org
     labels = labels_of(obj)
     ref = as_mapping(as_mapping(obj.get("spec")).get("runtimeRef"))
@@ -221,15 +234,16 @@ def _job_context(
     runtime_name = as_str(ref.get("name")) or ""
     kind_s = kind if isinstance(kind, str) else ""
     in_tree = config.runtime(kind_s, runtime_name, namespace) if runtime_name and kind_s else None
-    if manifest is None:
+    if runtime is None:
         if in_tree is not None:
-            manifest = in_tree.manifest
+            runtime = prepared_runtime(config, in_tree)
         elif live is not None and live.runtimes is not None and runtime_name:
             approval = org.runtime_approval(runtime_name, kind_s)
             if approval is not None and approval.external:
                 manifest = live.runtimes.get(
                     (kind_s, namespace if kind_s == "TrainingRuntime" else None, runtime_name)
                 )
+                runtime = prepare_runtime(manifest) if manifest is not None else None
     classification = org.data_classifications.get(labels.get(CLASSIFICATION_LABEL, ""))
     region = org.regions.get(team.region) if team else None
     profile = None
@@ -259,16 +273,16 @@ def _job_context(
             and (a := org.runtime_approval(runtime_name, kind_s)) is not None
             and a.external
         ),
-        resolution=resolve(obj, manifest) if manifest is not None and resolved else None,
+        resolution=resolve(obj, runtime) if runtime is not None and resolved else None,
         classification=classification,
         region=region,
         profile=profile,
-        gpu_resources=gpu_resources(config),
+        gpu_resources=config_gpu_resources(config),
         require_digest=require_digest,
         require_digest_reason=reason,
         live=live,
     )
-    return ctx, manifest
+    return ctx, runtime
 
 
 def _demand(ctx: JobContext) -> Demand | None:
@@ -481,7 +495,7 @@ def _runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> Decis
     if request.operation in ("DELETE", "CONNECT"):
         return _audited(config, request, namespace, name, team)
     findings = _runtime_findings(config, request, obj, namespace_opt, name)
-    if request.operation == "UPDATE" and isinstance(request.old_obj, Mapping):
+    if request.operation == "UPDATE" and is_mapping(request.old_obj):
         before = {
             (f.rule, f.path) for f in _runtime_findings(config, request, request.old_obj, namespace_opt, name)
         }

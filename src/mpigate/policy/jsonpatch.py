@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mpigate.trainjob.jsontypes import is_mapping
+
 __all__ = ["JsonPatchError", "apply_patch", "diff", "escape", "pointer", "resolve_pointer", "unescape"]
 
 
@@ -45,7 +47,7 @@ def resolve_pointer(doc: Any, path: str) -> Any:
     """The value at ``path`` (KeyError when it does not exist)."""
     node = doc
     for token in _split(path):
-        if isinstance(node, Mapping):
+        if is_mapping(node):
             node = node[token]
         elif isinstance(node, list):
             if not token.isdigit() or (len(token) > 1 and token[0] == "0"):
@@ -64,7 +66,7 @@ def diff(old: Any, new: Any) -> list[dict[str, Any]]:
 
 
 def _diff(old: Any, new: Any, path: list[str | int], ops: list[dict[str, Any]]) -> None:
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
+    if is_mapping(old) and is_mapping(new):
         for key in old:
             if key not in new:
                 ops.append({"op": "remove", "path": pointer([*path, key])})
@@ -93,7 +95,7 @@ def _same(a: Any, b: Any) -> bool:
     # JSON equality: 1 == 1.0 == True in Python, but not in JSON.
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
+    if is_mapping(a) and is_mapping(b):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
@@ -103,7 +105,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _copy(value: Any) -> Any:
-    if isinstance(value, Mapping):
+    if is_mapping(value):
         return {k: _copy(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_copy(v) for v in value]

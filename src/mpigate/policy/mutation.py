@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mpigate.trainjob import Resolution, copy_json
+from mpigate.trainjob.jsontypes import is_mapping
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 from . import images
@@ -141,21 +142,21 @@ def build_patch_entry(ctx: JobContext, base: Resolution) -> dict[str, Any] | Non
 
 def _security_defaults(effective: Mapping[str, Any], pod_spec: dict[str, Any]) -> None:
     pod_sc = effective.get("securityContext")
-    pod_sc = pod_sc if isinstance(pod_sc, Mapping) else {}
+    pod_sc = pod_sc if is_mapping(pod_sc) else {}
     sc: dict[str, Any] = {}
     if "runAsNonRoot" not in pod_sc:
         sc["runAsNonRoot"] = True
     if "seccompProfile" not in pod_sc:
         sc["seccompProfile"] = {"type": "RuntimeDefault"}
-    if sc and isinstance(effective.get("securityContext", {}), Mapping):
+    if sc and is_mapping(effective.get("securityContext", {})):
         pod_spec["securityContext"] = sc
     for list_field in ("initContainers", "containers"):
         patched: list[dict[str, Any]] = []
         for container in as_list(effective.get(list_field)):
-            if not isinstance(container, Mapping) or not isinstance(container.get("name"), str):
+            if not is_mapping(container) or not isinstance(container.get("name"), str):
                 continue
             csc = container.get("securityContext")
-            if csc is not None and not isinstance(csc, Mapping):
+            if csc is not None and not is_mapping(csc):
                 continue
             csc = csc or {}
             if csc.get("privileged") is True:
@@ -164,7 +165,7 @@ def _security_defaults(effective: Mapping[str, Any], pod_spec: dict[str, Any]) -
             if "allowPrivilegeEscalation" not in csc:
                 add["allowPrivilegeEscalation"] = False
             caps = csc.get("capabilities")
-            if caps is None or isinstance(caps, Mapping):
+            if caps is None or is_mapping(caps):
                 drop = as_mapping(caps).get("drop")
                 if drop is None or (isinstance(drop, list) and "ALL" not in drop):
                     # capabilities.drop is replaced by a strategic merge: keep what was dropped.

@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from mpigate.catalogue import all_rules
+from mpigate.trainjob.jsontypes import is_mapping
 
 __all__ = [
     "LEVELS",
@@ -181,7 +182,7 @@ def _annotation_path(key: str) -> str:
 
 
 def _mapping(value: Any) -> Mapping[str, Any] | None:
-    return value if isinstance(value, Mapping) else None
+    return value if is_mapping(value) else None
 
 
 def _list(value: Any) -> Sequence[Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from mpigate.config import parse_quantity
 
+from .jsontypes import is_mapping
 from .paths import Key, PathPart
 from .resolve import EffectiveJob
 
@@ -55,7 +56,7 @@ def _quantities(
     invalid: list[tuple[tuple[PathPart, ...], str]] = []
     if raw is None:
         return values, invalid
-    if not isinstance(raw, Mapping):
+    if not is_mapping(raw):
         invalid.append((path, "expected a map of resource quantities"))
         return values, invalid
     for name, value in raw.items():
@@ -75,7 +76,7 @@ def container_resources(list_field: str, index: int, container: Mapping[str, Any
     """Requests/limits of one container (pod paths use ``containers[index]``)."""
     name = str(container.get("name", index))
     resources = container.get("resources")
-    resources = resources if isinstance(resources, Mapping) else {}
+    resources = resources if is_mapping(resources) else {}
     base: tuple[PathPart, ...] = ("spec", list_field, index, "resources")
     limits, bad_limits = _quantities(resources.get("limits"), (*base, "limits"))
     explicit, bad_requests = _quantities(resources.get("requests"), (*base, "requests"))
@@ -111,7 +112,7 @@ def _pod_resources(job: EffectiveJob) -> PodResources:
         if not isinstance(items, list):
             continue
         for index, container in enumerate(items):
-            if not isinstance(container, Mapping):
+            if not is_mapping(container):
                 continue
             res = container_resources(list_field, index, container)
             containers.append(res)
