@@ -71,7 +71,7 @@ from .demand import build_demand, is_gpu
 from .findings import Finding, short_warning
 from .jsonpatch import diff
 from .mutation import mutate
-from .prepared import config_gpu_resources, prepared_runtime
+from .prepared import config_gpu_resources, config_image_refs, prepared_runtime
 from .rules.image import check_image_ref, check_images
 from .rules.lifecycle import check_lifecycle, check_update_guard
 from .rules.network import check_network
@@ -414,6 +414,7 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
                 resolution.jobs,
                 require_digest=ctx.require_digest,
                 digest_reason=ctx.require_digest_reason,
+                known=config_image_refs(config),
             ),
         )
     else:
@@ -524,7 +525,11 @@ def _runtime_findings(
     out += _guarded(
         "MPG-IMG-001",
         lambda: check_images(
-            org.images, resolution.jobs, require_digest=org.images.require_digest, digest_reason="the org"
+            org.images,
+            resolution.jobs,
+            require_digest=org.images.require_digest,
+            digest_reason="the org",
+            known=config_image_refs(config),
         ),
     )
     return _dedupe(out)

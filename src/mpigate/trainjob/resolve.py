@@ -379,26 +379,39 @@ def _container(pod: dict[str, Any], name: str, list_field: str = "containers") -
 
 
 def _upsert_env(container: dict[str, Any], env: Sequence[Mapping[str, Any]]) -> None:
+    """Set ``env`` (entries with string names) on the container: replace the first entry of the same
+    name, append the others. The entries are shared, not copied (resolutions are read-only)."""
     current = container.get("env")
     items: list[Any] = list(current) if isinstance(current, list) else []
+    first: dict[str, int] = {}
+    for i, existing in enumerate(items):
+        if is_mapping(existing):
+            name = existing.get("name")
+            if isinstance(name, str):
+                first.setdefault(name, i)
     for var in env:
-        for i, existing in enumerate(items):
-            if is_mapping(existing) and existing.get("name") == var.get("name"):
-                items[i] = copy_json(var)
-                break
+        name = var.get("name")
+        index = first.get(name) if isinstance(name, str) else None
+        if index is not None:
+            items[index] = var
         else:
-            items.append(copy_json(var))
+            if isinstance(name, str):
+                first[name] = len(items)
+            items.append(var)
     container["env"] = items
 
 
 def _upsert_named(
     spec: dict[str, Any], list_field: str, key: str, values: Sequence[Mapping[str, Any]]
 ) -> None:
+    """Append the ``values`` whose (string) ``key`` no entry of the list has yet (shared, not copied)."""
     current = spec.get(list_field)
     items: list[Any] = list(current) if isinstance(current, list) else []
+    present = {v.get(key) for v in items if is_mapping(v) and isinstance(v.get(key), str)}
     for value in values:
-        if not any(is_mapping(v) and v.get(key) == value[key] for v in items):
-            items.append(copy_json(value))
+        if value[key] not in present:
+            present.add(value[key])
+            items.append(value)
     spec[list_field] = items
 
 
@@ -708,7 +721,7 @@ def _without_unknown_containers(
     template: Mapping[str, Any], runtime_pod: Mapping[str, Any]
 ) -> Mapping[str, Any]:
     """The patch without containers the job lacks: Trainer rejects those patches, so they never apply
-    (merging them would invent image-less containers)."""
+    (merging them would invent image-less containers). Only the path to the pod spec is new."""
     found, pod_spec = get_path(template, ("spec", "template", "spec"))
     if not found or not is_mapping(pod_spec):
         return template
@@ -720,8 +733,13 @@ def _without_unknown_containers(
             continue
         existing = {c.get("name") for c in _list(runtime_spec.get(list_field)) if is_mapping(c)}
         cleaned[list_field] = [c for c in items if is_mapping(c) and c.get("name") in existing]
-    out: dict[str, Any] = copy_json(template)
-    out["spec"]["template"]["spec"] = cleaned
+    # get_path found mappings all the way down: rebuild that path around the cleaned spec.
+    job_spec = dict(template["spec"])
+    pod = dict(job_spec["template"])
+    pod["spec"] = cleaned
+    job_spec["template"] = pod
+    out = dict(template)
+    out["spec"] = job_spec
     return out
 
 
@@ -829,13 +847,11 @@ def _apply_trainer(
         for list_field in ("command", "args"):
             value = rec.typed(trainer.get(list_field), list, (*base, list_field))
             if value is not None:
-                container[list_field] = contributed[list_field] = copy_json(value)
+                container[list_field] = contributed[list_field] = value
     if resources_per_node is not None and (
         resources_per_node.get("limits") is not None or resources_per_node.get("requests") is not None
     ):
-        resources = {
-            k: copy_json(resources_per_node[k]) for k in ("limits", "requests") if k in resources_per_node
-        }
+        resources = {k: resources_per_node[k] for k in ("limits", "requests") if k in resources_per_node}
         container["resources"] = contributed["resources"] = resources
     env = (
         _valid_env(trainer.get("env"), (*base, "env"), rec)
@@ -844,7 +860,7 @@ def _apply_trainer(
     )
     if env:
         _upsert_env(container, env)
-        contributed["env"] = [dict(e) for e in env]
+        contributed["env"] = list(env)
     pod_container = ("spec", "containers", Key("name", NODE))
     aliases: tuple[tuple[tuple[PathPart, ...], tuple[PathPart, ...]], ...] = (
         ((*pod_container, "image"), (*base, "image")),

@@ -91,9 +91,9 @@ def _merge_keyed(current: list[Any], patch: Any, key: str) -> list[Any]:
 
 def merge_shared(original: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     """``original`` with ``patch`` merged in, copy-on-write: the mappings and lists on the paths the
-    patch touches are new, everything else is *shared* with ``original`` (neither argument is
+    patch touches are new, everything else is *shared* with ``original`` or ``patch`` (neither is
     modified). The same result as :func:`strategic_merge` at a cost proportional to the patch rather
-    than to the document — for callers that treat both the original and the result as read-only."""
+    than to the document — for callers that treat the inputs and the result as read-only."""
     merged = dict(original)
     for key, value in patch.items():
         if value is None:
@@ -107,7 +107,7 @@ def merge_shared(original: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[
         elif isinstance(value, list | tuple) and isinstance(current, list) and key in _SET_LISTS:
             merged[key] = current + [v for v in value if v not in current]
         else:
-            merged[key] = copy_json(value)
+            merged[key] = value
     return merged
 
 
@@ -121,5 +121,5 @@ def _merge_keyed_shared(current: list[Any], patch: Any, key: str) -> list[Any]:
                 out[index] = merge_shared(existing, item)
                 break
         else:
-            out.append(copy_json(item))
+            out.append(item)
     return out
