@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mpigate.trainjob.jsontypes import is_mapping
+from mpigate.trainjob.smp import copy_json
 
 __all__ = ["JsonPatchError", "apply_patch", "diff", "escape", "pointer", "resolve_pointer", "unescape"]
 
@@ -59,13 +60,19 @@ def resolve_pointer(doc: Any, path: str) -> Any:
 
 
 def diff(old: Any, new: Any) -> list[dict[str, Any]]:
-    """RFC 6902 operations that turn ``old`` into ``new`` (deterministic order)."""
+    """RFC 6902 operations that turn ``old`` into ``new`` (deterministic order). The operations'
+    values are copies: the patch shares nothing with either document."""
     ops: list[dict[str, Any]] = []
     _diff(old, new, [], ops)
+    for op in ops:
+        if "value" in op:
+            op["value"] = copy_json(op["value"])
     return ops
 
 
 def _diff(old: Any, new: Any, path: list[str | int], ops: list[dict[str, Any]]) -> None:
+    if old is new:  # a subtree shared by both documents (copy-on-write): nothing changed in it
+        return
     if is_mapping(old) and is_mapping(new):
         for key in old:
             if key not in new:
@@ -92,6 +99,8 @@ def _diff(old: Any, new: Any, path: list[str | int], ops: list[dict[str, Any]]) 
 
 
 def _same(a: Any, b: Any) -> bool:
+    if a is b:  # shared (copy-on-write) subtrees; JSON has no NaN, so a value equals itself
+        return True
     # JSON equality: 1 == 1.0 == True in Python, but not in JSON.
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mpigate.trainjob import Resolution, copy_json
+from mpigate.trainjob import Resolution
 from mpigate.trainjob.jsontypes import is_mapping
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
@@ -37,21 +37,28 @@ __all__ = ["build_patch_entry", "mutate"]
 
 def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> dict[str, Any]:
     """A mutated copy of ``obj``. ``ctx`` describes the job; ``base`` is its resolution without
-    mpigate's own runtime patch (``None`` when the runtime is unknown)."""
-    out: dict[str, Any] = copy_json(obj)
+    mpigate's own runtime patch (``None`` when the runtime is unknown).
+
+    Copy-on-write: the mappings mpigate may change (the object, ``metadata``, its labels, ``spec``
+    and ``spec.trainer``) are new, everything else is shared with ``obj`` — both are read-only from
+    here on (the engine diffs them, skipping the shared subtrees).
+    """
+    out: dict[str, Any] = dict(obj)
     config = ctx.config
     team = ctx.team
     metadata = out.get("metadata")
-    if not isinstance(metadata, dict):
-        metadata = out["metadata"] = {}
+    metadata = out["metadata"] = dict(metadata) if is_mapping(metadata) else {}
     spec = out.get("spec")
-    if not isinstance(spec, dict):
+    if not is_mapping(spec):
         return out
+    spec = out["spec"] = dict(spec)
 
     if team is not None:
         labels = metadata.get("labels")
         if labels is None:
             labels = {}
+        elif is_mapping(labels):
+            labels = dict(labels)
         if isinstance(labels, dict):
             if QUEUE_LABEL not in labels:
                 labels[QUEUE_LABEL] = team.default_queue
@@ -65,7 +72,8 @@ def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> 
         spec["activeDeadlineSeconds"] = default_runtime
 
     trainer = spec.get("trainer")
-    if isinstance(trainer, dict):
+    if is_mapping(trainer):
+        trainer = spec["trainer"] = dict(trainer)
         image = trainer.get("image")
         mirrors = config.org.images.mirrors
         if isinstance(image, str) and mirrors:

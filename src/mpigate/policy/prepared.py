@@ -8,9 +8,9 @@ decision — it only saves recomputing it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from mpigate.config import Config
 from mpigate.config.model import Runtime
@@ -19,28 +19,32 @@ from mpigate.trainjob import PreparedRuntime, get_path, is_mapping, prepare_runt
 from . import images
 from .demand import gpu_resources
 
-__all__ = ["config_gpu_resources", "config_image_refs", "prepared_runtime"]
+__all__ = ["config_gpu_resources", "config_image_refs", "memoized", "prepared_runtime"]
+
+T = TypeVar("T")
 
 
-def _memo(config: Config, key: tuple[Any, ...], build: Any) -> Any:
+def memoized(config: Config, key: tuple[Any, ...], build: Callable[[], T]) -> T:
+    """``build()``, computed once per ``config`` under ``key`` (``build`` must depend on the config
+    alone; the first key part names the caller, e.g. ``"policy.residency.schemes"``)."""
     memo = config.memo
     found = memo.get(key)
     if found is None:
         # setdefault: two threads that race here both compute, and both use the first result.
         found = memo.setdefault(key, build())
-    return found
+    return found  # type: ignore[no-any-return]
 
 
 def prepared_runtime(config: Config, runtime: Runtime) -> PreparedRuntime:
     """``runtime`` (one of ``config.runtimes``) prepared for :func:`mpigate.trainjob.resolve`."""
     key = ("policy.prepared_runtime", runtime.kind, runtime.namespace, runtime.name)
-    found: PreparedRuntime = _memo(config, key, lambda: prepare_runtime(runtime.manifest))
+    found: PreparedRuntime = memoized(config, key, lambda: prepare_runtime(runtime.manifest))
     return found
 
 
 def config_gpu_resources(config: Config) -> frozenset[str]:
     """:func:`mpigate.policy.demand.gpu_resources` of ``config``, once."""
-    found: frozenset[str] = _memo(config, ("policy.gpu_resources",), lambda: gpu_resources(config))
+    found: frozenset[str] = memoized(config, ("policy.gpu_resources",), lambda: gpu_resources(config))
     return found
 
 
@@ -64,5 +68,7 @@ def config_image_refs(config: Config) -> Mapping[str, images.ImageRef | images.I
                                 out[image] = error
         return MappingProxyType(out)
 
-    found: Mapping[str, images.ImageRef | images.ImageRefError] = _memo(config, ("policy.image_refs",), build)
+    found: Mapping[str, images.ImageRef | images.ImageRefError] = memoized(
+        config, ("policy.image_refs",), build
+    )
     return found

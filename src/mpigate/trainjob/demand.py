@@ -89,7 +89,8 @@ def container_resources(list_field: str, index: int, container: Mapping[str, Any
 
 def _add(into: dict[str, Fraction], values: Mapping[str, Fraction]) -> None:
     for name, value in values.items():
-        into[name] = into.get(name, Fraction(0)) + value
+        current = into.get(name)
+        into[name] = value if current is None else current + value
 
 
 def pod_resources(job: EffectiveJob) -> PodResources:

@@ -451,6 +451,8 @@ class PreparedRuntime:
     ml_policy: MLPolicy | None
     jobs: tuple[tuple[str, dict[str, Any]], ...]
     problems: tuple[Problem, ...]
+    #: The ``runtime`` layer of each job (its pod template), in job order.
+    layers: tuple[Layer, ...]
 
     @property
     def job_names(self) -> tuple[str, ...]:
@@ -468,6 +470,15 @@ def prepare_runtime(runtime: Mapping[str, Any], *, root: str | None = None) -> P
         root = f"runtime {name}: "
     ml = parse_ml_policy(_mapping(thawed.get("spec")), rec)
     jobs = tuple((job_name, dict(job)) for job_name, job in _runtime_jobs(thawed, rec))
+    layers = tuple(
+        Layer(
+            "runtime",
+            _pod_template(job),
+            ("spec", "template", "spec", "replicatedJobs", Key("name", job_name), *_JOB_TO_POD),
+            root,
+        )
+        for job_name, job in jobs
+    )
     return PreparedRuntime(
         manifest=runtime,
         kind=str(thawed.get("kind", "ClusterTrainingRuntime")),
@@ -478,6 +489,7 @@ def prepare_runtime(runtime: Mapping[str, Any], *, root: str | None = None) -> P
         problems=tuple(
             Problem(p.field, f"{root}{p.path}: {p.message}", p.malformed, True) for p in rec.problems
         ),
+        layers=layers,
     )
 
 
@@ -517,18 +529,10 @@ def resolve(
     initializer = tj_rec.typed(tj_spec.get("initializer"), Mapping, ("spec", "initializer")) or {}
     patches = tj_rec.typed(tj_spec.get("runtimePatches"), list, ("spec", "runtimePatches")) or []
 
-    layers: dict[str, list[Layer]] = {}
     names = prepared.job_names
-    for name, job in job_docs:
-        prefix: tuple[PathPart, ...] = (
-            "spec",
-            "template",
-            "spec",
-            "replicatedJobs",
-            Key("name", name),
-            *_JOB_TO_POD,
-        )
-        layers[name] = [Layer("runtime", _pod_template(job), prefix, root)]
+    layers: dict[str, list[Layer]] = {
+        name: [layer] for name, layer in zip(names, prepared.layers, strict=True)
+    }
 
     # 2. runtime patches, in list order, each merged copy-on-write over the job's document.
     docs: dict[str, Mapping[str, Any]] = dict(job_docs)
@@ -575,11 +579,12 @@ def resolve(
             layers[job_name].append(Layer("patch", pod_patch, (*job_path, *_JOB_TO_POD), "", manager))
 
     # Pod counts (after patches: a patch may relabel a job's template metadata).
-    trainer_job = next((n for n, d in docs.items() if _labels(d).get(ANCESTOR_LABEL) == TRAINER), None)
+    ancestors = {n: _labels(d).get(ANCESTOR_LABEL) for n, d in docs.items()}
+    trainer_job = next((n for n, ancestor in ancestors.items() if ancestor == TRAINER), None)
     num_nodes_raw = tj_rec.typed(trainer.get("numNodes"), int, ("spec", "trainer", "numNodes"))
     counts: dict[str, tuple[int, int]] = {}
     for name, doc in docs.items():
-        ancestor = _labels(doc).get(ANCESTOR_LABEL)
+        ancestor = ancestors[name]
         parallelism = _int(_mapping(_mapping(doc.get("template")).get("spec")).get("parallelism"))
         count = parallelism if parallelism is not None and parallelism >= 0 else 1
         replicas = _int(doc.get("replicas"))
@@ -636,7 +641,7 @@ def resolve(
     initializer_seen = {DATASET_INITIALIZER: False, MODEL_INITIALIZER: False}
     for index, (name, doc) in enumerate(docs.items()):
         pod = _private_pod(doc)
-        ancestor = _labels(doc).get(ANCESTOR_LABEL)
+        ancestor = ancestors[name]
         job_layers = layers[name]
         if ml is not None and ml.mpi and name in (NODE, LAUNCHER):
             mpi_layer = _apply_mpi(pod, name, ml, slots or 1, job_layers[0].root)
@@ -861,13 +866,16 @@ def _apply_trainer(
     if env:
         _upsert_env(container, env)
         contributed["env"] = list(env)
-    pod_container = ("spec", "containers", Key("name", NODE))
-    aliases: tuple[tuple[tuple[PathPart, ...], tuple[PathPart, ...]], ...] = (
-        ((*pod_container, "image"), (*base, "image")),
-        ((*pod_container, "command"), (*base, "command")),
-        ((*pod_container, "args"), (*base, "args")),
-        ((*pod_container, "env"), (*base, "env")),
-        ((*pod_container, "resources"), (*base, "resourcesPerNode")),
-        ((*pod_container,), base),
-    )
-    return Layer("trainer", {"spec": {"containers": [contributed]}}, (), "", aliases=aliases)
+    return Layer("trainer", {"spec": {"containers": [contributed]}}, (), "", aliases=_TRAINER_ALIASES)
+
+
+_Aliases = tuple[tuple[tuple[PathPart, ...], tuple[PathPart, ...]], ...]
+_TRAINER_POD_CONTAINER: tuple[PathPart, ...] = ("spec", "containers", Key("name", NODE))
+_TRAINER_ALIASES: _Aliases = (
+    ((*_TRAINER_POD_CONTAINER, "image"), ("spec", "trainer", "image")),
+    ((*_TRAINER_POD_CONTAINER, "command"), ("spec", "trainer", "command")),
+    ((*_TRAINER_POD_CONTAINER, "args"), ("spec", "trainer", "args")),
+    ((*_TRAINER_POD_CONTAINER, "env"), ("spec", "trainer", "env")),
+    ((*_TRAINER_POD_CONTAINER, "resources"), ("spec", "trainer", "resourcesPerNode")),
+    ((*_TRAINER_POD_CONTAINER,), ("spec", "trainer")),
+)
