@@ -183,6 +183,7 @@ class WebhookServer:
         options: ServeOptions,
         *,
         evaluator: Evaluator | None = None,
+        mutator: Evaluator | None = None,
         recorder: DecisionRecorder | None = None,
         live: LiveSource | None = None,
         tracing: Tracing | None = None,
@@ -207,6 +208,7 @@ class WebhookServer:
         self.service = AdmissionService(
             self.store,
             evaluator=evaluator,
+            mutator=mutator,
             recorder=recorder,
             live=live,
             metrics=self.metrics,

@@ -31,7 +31,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from mpigate.config import Config
-from mpigate.policy import evaluate
+from mpigate.policy import evaluate, mutations
 from mpigate.policy.decision import AdmissionInput, Decision, LiveContext
 
 from .live import LiveSource
@@ -59,6 +59,7 @@ __all__ = [
     "Reply",
     "ServiceSettings",
     "default_evaluator",
+    "default_mutator",
     "status_body",
 ]
 
@@ -74,6 +75,12 @@ MIN_RECORD_SECONDS: Final = 0.05
 def default_evaluator() -> Evaluator:
     """The policy engine, ``mpigate.policy.evaluate``."""
     return evaluate
+
+
+def default_mutator() -> Evaluator:
+    """The engine's mutation-only entry point, ``mpigate.policy.mutations`` (the patch of
+    ``evaluate`` without judging the object: ``/mutate`` never denies)."""
+    return mutations
 
 
 def status_body(code: int, message: str) -> dict[str, Any]:
@@ -129,6 +136,7 @@ class AdmissionService:
         store: ConfigStore,
         *,
         evaluator: Evaluator | None = None,
+        mutator: Evaluator | None = None,
         recorder: DecisionRecorder | None = None,
         live: LiveSource | None = None,
         metrics: Metrics | None = None,
@@ -140,6 +148,7 @@ class AdmissionService:
         self.store = store
         self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self._evaluator = evaluator
+        self._mutator = mutator
         self.recorder: DecisionRecorder = recorder or NullRecorder()
         self.live = live
         self.metrics = metrics or Metrics()
@@ -150,6 +159,12 @@ class AdmissionService:
     @property
     def evaluator(self) -> Evaluator:
         return self._evaluator or evaluate
+
+    @property
+    def mutator(self) -> Evaluator:
+        """What ``/mutate`` calls: the given mutator, else a given evaluator (an engine without a
+        mutation-only entry point), else :func:`mpigate.policy.mutations`."""
+        return self._mutator or self._evaluator or mutations
 
     async def review(self, stage: Stage, body: bytes, request_id: str) -> Reply:
         """Judge one request body for ``stage`` (``mutate`` or ``validate``)."""
@@ -250,7 +265,8 @@ class AdmissionService:
                 self.metrics.live_fallbacks.inc()
         now = self._clock()
         with self.tracer.start_as_current_span("evaluate"):
-            call = functools.partial(self.evaluator, config, req.input, live, now)
+            engine = self.mutator if stage == "mutate" else self.evaluator
+            call = functools.partial(engine, config, req.input, live, now)
             try:
                 if self.settings.evaluate_in_thread:
                     remaining = max(deadline - loop.time(), 0.001)

@@ -80,7 +80,7 @@ from .rules.residency import check_residency
 from .rules.runtime import check_mpi_sanity, check_runtime_approval, check_runtime_drift
 from .rules.security import check_pod_security, check_secrets, check_service_accounts, credential_reason
 
-__all__ = ["RUNTIME_KINDS", "evaluate"]
+__all__ = ["RUNTIME_KINDS", "evaluate", "mutations"]
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,55 @@ def evaluate(
         )
 
 
+def mutations(
+    config: Config,
+    request: AdmissionInput,
+    live: LiveContext | None = None,
+    now: dt.datetime | None = None,
+) -> Decision:
+    """What the mutating webhook needs: mpigate's JSONPatch for a CREATE of a TrainJob, without
+    judging the object.
+
+    The decision is allowed and carries only the patch and the request's identity (team, revision)
+    — no violations, warnings or demand: the API server sends the patched object to the validating
+    webhook, whose :func:`evaluate` gives the verdict. The patch is exactly ``evaluate``'s for the
+    same request, at the cost of one resolution instead of a full evaluation. Any other request
+    (not a TrainJob, not a CREATE) is answered by :func:`evaluate`. Never raises: an internal error
+    is logged and answered like ``evaluate``'s (denied, no patch).
+    """
+    if request.kind != "TrainJob" or request.operation != "CREATE":
+        return evaluate(config, request, live, now)
+    try:
+        obj = _object(request) if request.obj is not None else as_mapping(request.old_obj)
+        namespace, name = _identity(request, obj)
+        team = config.team_for_namespace(namespace) if namespace else None
+        ctx0, runtime = _job_context(config, "CREATE", obj, namespace, name, team, live, resolved=False)
+        patch, _ = _mutation(ctx0, obj, runtime)
+        return Decision(
+            allowed=True,
+            operation=request.operation,
+            kind=request.kind,
+            namespace=namespace or None,
+            name=name,
+            team=team.name if team else None,
+            revision=config.revision,
+            patch=tuple(patch),
+        )
+    except Exception:  # pragma: no cover - defensive: the fuzz tests keep this path unused
+        log.exception("internal error mutating %s %s/%s", request.kind, request.namespace, request.name)
+        return Decision(
+            allowed=False,
+            operation=request.operation,
+            kind=request.kind,
+            namespace=request.namespace,
+            name=request.name,
+            team=None,
+            revision=config.revision,
+            message=f"mpigate could not evaluate {request.kind} {request.namespace}/{request.name}: "
+            "internal error (logged); denied to fail closed",
+        )
+
+
 # -- TrainJobs -----------------------------------------------------------------------------------
 
 
@@ -175,10 +224,7 @@ def _trainjob(
     patch: list[dict[str, Any]] = []
     target: Mapping[str, Any] = obj
     if request.operation == "CREATE":
-        base = resolve(obj, runtime, exclude_managers=_OWN_MANAGER) if runtime is not None else None
-        mutated = mutate(dataclasses.replace(ctx0, resolution=base), obj, base)
-        patch = diff(obj, mutated)
-        target = mutated
+        patch, target = _mutation(ctx0, obj, runtime)
     ctx, _ = _job_context(config, request.operation, target, namespace, name, team, live, runtime=runtime)
     demand = _demand(ctx)
     findings.extend(_trainjob_findings(ctx, demand))
@@ -211,6 +257,15 @@ def _trainjob(
         classification_controls=ctx.classification.controls if ctx.classification else (),
         notes=notes,
     )
+
+
+def _mutation(
+    ctx0: JobContext, obj: Mapping[str, Any], runtime: PreparedRuntime | None
+) -> tuple[list[dict[str, Any]], Mapping[str, Any]]:
+    """mpigate's JSONPatch for a CREATE and the mutated object (``ctx0``: the job, unresolved)."""
+    base = resolve(obj, runtime, exclude_managers=_OWN_MANAGER) if runtime is not None else None
+    mutated = mutate(dataclasses.replace(ctx0, resolution=base), obj, base)
+    return diff(obj, mutated), mutated
 
 
 def _job_context(
