@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
+import orjson
+
 from mpigate.policy.decision import AdmissionInput, Decision, Operation, UserInfo
 
 from .routes import RESOURCES
@@ -147,6 +149,13 @@ def _reject_constant(name: str) -> Any:
 
 def parse_json(body: bytes) -> Any | BadReview:
     """Decode a request body as strict JSON (UTF-8; no NaN/Infinity)."""
+    try:
+        # orjson is several times faster and accepts exactly the strict JSON that the standard
+        # library path below accepts, except integers beyond 64 bits and lone surrogate escapes:
+        # anything orjson refuses goes through that path, which decides (and words the errors).
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:

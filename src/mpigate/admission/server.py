@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
 from aiohttp import web
 
 from .kube import KubeClient, KubeConfig
@@ -52,11 +53,15 @@ STATE_KEY: Final = web.AppKey("state", dict)
 MAX_BODY_KEY: Final = web.AppKey("max_body", int)
 REQUEST_ID_KEY: Final = web.RequestKey("request_id", str)
 
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
-
 
 def _json(body: dict[str, Any], status: int = 200) -> web.Response:
-    return web.Response(body=_dumps(body).encode(), status=status, content_type="application/json")
+    # orjson: compact UTF-8 JSON, several times faster than the standard library's encoder (which
+    # stays the fallback for what orjson does not encode, e.g. non-string keys).
+    try:
+        encoded = orjson.dumps(body)
+    except TypeError:
+        encoded = json.dumps(body, separators=(",", ":")).encode()
+    return web.Response(body=encoded, status=status, content_type="application/json")
 
 
 @web.middleware

@@ -19,21 +19,24 @@ Failure behaviour (documented in docs/webhook.md):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from mpigate.config import Config
 from mpigate.policy import evaluate, mutations
 from mpigate.policy.decision import AdmissionInput, Decision, LiveContext
 
+from .deadline import DeadlineExceeded, alarm_available, call_with_alarm
 from .live import LiveSource
 from .logjson import fields
 from .metrics import Metrics
@@ -102,9 +105,12 @@ class ServiceSettings:
 
     deadline: float = 2.0
     live_timeout: float = 0.5
-    # Run the engine in a worker thread so that a pathological object cannot hold the event
-    # loop past the deadline (health checks and other reviews keep being served).
-    evaluate_in_thread: bool = True
+    # False: run the engine on the event loop's thread, interrupted at the deadline by SIGALRM
+    # (admission/deadline.py) — a pathological object cannot hold the loop past the deadline, and
+    # the GIL is not contended between the loop and a worker; off the main thread this falls back
+    # to a worker thread. True: always a worker thread (the loop keeps serving while the engine
+    # runs, at the price of the hand-off).
+    evaluate_in_thread: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +159,8 @@ class AdmissionService:
         self.live = live
         self.metrics = metrics or Metrics()
         self.tracer = tracer or trace.NoOpTracer()
+        # Without tracing, spans are skipped altogether (a no-op span still costs context switches).
+        self._traced = not isinstance(self.tracer, trace.NoOpTracer)
         self.settings = settings or ServiceSettings()
         self._executor = executor
 
@@ -173,7 +181,7 @@ class AdmissionService:
         deadline = started + self.settings.deadline
         self.metrics.in_flight.inc()
         try:
-            with self.tracer.start_as_current_span(f"admission {stage}", kind=SpanKind.SERVER) as span:
+            with self._span(f"admission {stage}", SpanKind.SERVER) as span:
                 span.set_attribute("mpigate.stage", stage)
                 span.set_attribute("mpigate.request_id", request_id)
                 reply = await self._review(stage, body, request_id, deadline, span)
@@ -264,16 +272,16 @@ class AdmissionService:
                 info["live"] = live.unavailable_reason
                 self.metrics.live_fallbacks.inc()
         now = self._clock()
-        with self.tracer.start_as_current_span("evaluate"):
+        with self._span("evaluate"):
             engine = self.mutator if stage == "mutate" else self.evaluator
             call = functools.partial(engine, config, req.input, live, now)
+            remaining = max(deadline - loop.time(), 0.001)
             try:
-                if self.settings.evaluate_in_thread:
-                    remaining = max(deadline - loop.time(), 0.001)
+                if self.settings.evaluate_in_thread or not alarm_available():
                     decision = await asyncio.wait_for(loop.run_in_executor(self._executor, call), remaining)
                 else:
-                    decision = call()
-            except TimeoutError:
+                    decision = call_with_alarm(call, remaining)
+            except (TimeoutError, DeadlineExceeded):
                 self.metrics.deadline_exceeded.labels("evaluate").inc()
                 raise _Failed(500, "mpigate could not evaluate the request within its deadline") from None
             except Exception:
@@ -281,8 +289,9 @@ class AdmissionService:
                 raise _Failed(500, "mpigate failed to evaluate the request (internal error)") from None
         info["rules"] = list(decision.rule_ids)
         info["team"] = decision.team
-        with self.tracer.start_as_current_span("audit record"):
-            await self._record(decision, req.input, stage, deadline, request_id)
+        with self._span("audit record"):
+            if not isinstance(self.recorder, NullRecorder):  # nothing to wait for without a trail
+                await self._record(decision, req.input, stage, deadline, request_id)
         # Keep the engine's own live warning if it already gave one.
         extra_warnings = [
             w for w in extra_warnings if not any(LIVE_UNAVAILABLE in d for d in decision.warnings)
@@ -296,6 +305,11 @@ class AdmissionService:
             outcome = decision.outcome
         return Reply(200, body, outcome, decision, info)
 
+    def _span(self, name: str, kind: SpanKind = SpanKind.INTERNAL) -> AbstractContextManager[Span]:
+        if not self._traced:
+            return _NO_SPAN
+        return self.tracer.start_as_current_span(name, kind=kind)
+
     async def _live_context(
         self, config: Config, request: AdmissionInput, deadline: float
     ) -> LiveContext | None:
@@ -306,7 +320,7 @@ class AdmissionService:
         if budget <= 0.001:
             self.metrics.deadline_exceeded.labels("live").inc()
             return LiveContext(unavailable_reason="no time left for live lookups")
-        with self.tracer.start_as_current_span("live context") as span:
+        with self._span("live context") as span:
             try:
                 # The source bounds its own lookups; this outer bound also covers a misbehaving one.
                 context = await asyncio.wait_for(self.live.context(config, request, budget), budget + 0.05)
@@ -343,6 +357,9 @@ class AdmissionService:
                 "audit record not written: %s", exc, extra=fields(request_id=request_id, event="audit_error")
             )
             raise _Failed(500, f"mpigate could not write the audit record ({type(exc).__name__})") from None
+
+
+_NO_SPAN: Final = contextlib.nullcontext(trace.INVALID_SPAN)
 
 
 def _log_late_record(task: asyncio.Future[None]) -> None:

@@ -98,9 +98,30 @@ def _diff(old: Any, new: Any, path: list[str | int], ops: list[dict[str, Any]]) 
         ops.append({"op": "replace", "path": pointer(path), "value": new})
 
 
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
 def _same(a: Any, b: Any) -> bool:
     if a is b:  # shared (copy-on-write) subtrees; JSON has no NaN, so a value equals itself
         return True
+    kind = type(a)
+    if kind is type(b):  # the common case, decoded JSON on both sides: exact types, no generators
+        if kind in _SCALAR_TYPES:
+            return bool(a == b)
+        if kind is dict:
+            if a.keys() != b.keys():
+                return False
+            for key, value in a.items():  # noqa: SIM110 - a loop: all(<genexpr>) costs a frame per item
+                if not _same(value, b[key]):
+                    return False
+            return True
+        if kind is list:
+            if len(a) != len(b):
+                return False
+            for x, y in zip(a, b, strict=True):  # noqa: SIM110 - as above
+                if not _same(x, y):
+                    return False
+            return True
     # JSON equality: 1 == 1.0 == True in Python, but not in JSON.
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
