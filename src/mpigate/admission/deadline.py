@@ -8,9 +8,11 @@ that would take the engine long: a ``SIGALRM`` interval timer raises :class:`Dea
 inside the call when the time is up, which aborts it (Python code is interrupted between two
 bytecodes; a blocking sleep is interrupted too).
 
-Signals reach only the main thread, so :func:`alarm_available` is false elsewhere (a server on a
-thread of its own, as some tests and embedders run it) and on platforms without ``setitimer``; the
-server then uses its worker threads as before.
+Signals reach only the main thread, so :meth:`AlarmClock.available` is false elsewhere (a server
+on a thread of its own, as some tests and embedders run it) and on platforms without
+``setitimer``; the server then uses its worker threads as before. While a server evaluates
+inline it owns ``SIGALRM``: its handler is installed once, on first use, and the previous one is
+put back by :meth:`AlarmClock.close`.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["DeadlineExceeded", "alarm_available", "call_with_alarm"]
+__all__ = ["AlarmClock", "DeadlineExceeded"]
 
 T = TypeVar("T")
+_MIN_SECONDS = 1e-6  # setitimer(0) would disarm instead of firing at once
 
 
 class DeadlineExceeded(BaseException):
@@ -30,42 +33,40 @@ class DeadlineExceeded(BaseException):
     (``except Exception``) must not turn it into a finding and carry on."""
 
 
-def alarm_available() -> bool:
-    """Whether :func:`call_with_alarm` can work here (main thread, POSIX interval timers)."""
-    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-
-
-class _Alarm:
-    """The handler of one call: raises only while its call runs (a signal that arrives after the
-    call returned, before the timer was cleared, is ignored)."""
-
-    __slots__ = ("armed",)
+class AlarmClock:
+    """Runs calls under a ``SIGALRM`` deadline (one at a time: the event loop's thread)."""
 
     def __init__(self) -> None:
-        self.armed = False
+        self._armed = False
+        self._installed = False
+        self._previous: Any = None
 
-    def __call__(self, signum: int, frame: Any) -> None:
-        if self.armed:
-            self.armed = False
+    @staticmethod
+    def available() -> bool:
+        """Whether :meth:`call` can work here (the main thread, POSIX interval timers)."""
+        return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        # A signal that arrives after the call returned, before the timer was cleared, is ignored.
+        if self._armed:
+            self._armed = False
             raise DeadlineExceeded
 
+    def call(self, fn: Callable[[], T], seconds: float) -> T:
+        """``fn()``, or :class:`DeadlineExceeded` once ``seconds`` have passed. Main thread only."""
+        if not self._installed:
+            self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
+            self._installed = True
+        self._armed = True
+        signal.setitimer(signal.ITIMER_REAL, max(seconds, _MIN_SECONDS))
+        try:
+            return fn()
+        finally:
+            self._armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
-def call_with_alarm(call: Callable[[], T], seconds: float) -> T:
-    """``call()``, or :class:`DeadlineExceeded` once ``seconds`` have passed. Main thread only.
-
-    Any previous ``SIGALRM`` handler is restored afterwards, and a timer someone else had set is
-    re-armed with what was left of it.
-    """
-    alarm = _Alarm()
-    previous = signal.signal(signal.SIGALRM, alarm)
-    alarm.armed = True
-    other, _ = signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-6))
-    try:
-        return call()
-    finally:
-        alarm.armed = False
-        left, _ = signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if other > 0:
-            # Theirs: what remained of it when we armed ours, less the time our call took.
-            signal.setitimer(signal.ITIMER_REAL, max(other - (max(seconds, 1e-6) - left), 1e-6))
+    def close(self) -> None:
+        """Put the previous ``SIGALRM`` handler back (main thread)."""
+        if self._installed:
+            self._installed = False
+            signal.signal(signal.SIGALRM, self._previous)

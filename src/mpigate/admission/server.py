@@ -314,6 +314,7 @@ class WebhookServer:
         if self.service.live is not None:
             await self.service.live.stop()
         await self.service.recorder.close()
+        self.service.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(self.tracing.shutdown)
         log.info("stopped", extra=fields(event="stopped"))

@@ -36,7 +36,7 @@ from mpigate.config import Config
 from mpigate.policy import evaluate, mutations
 from mpigate.policy.decision import AdmissionInput, Decision, LiveContext
 
-from .deadline import DeadlineExceeded, alarm_available, call_with_alarm
+from .deadline import AlarmClock, DeadlineExceeded
 from .live import LiveSource
 from .logjson import fields
 from .metrics import Metrics
@@ -163,6 +163,7 @@ class AdmissionService:
         self._traced = not isinstance(self.tracer, trace.NoOpTracer)
         self.settings = settings or ServiceSettings()
         self._executor = executor
+        self._alarm = AlarmClock()
 
     @property
     def evaluator(self) -> Evaluator:
@@ -277,10 +278,10 @@ class AdmissionService:
             call = functools.partial(engine, config, req.input, live, now)
             remaining = max(deadline - loop.time(), 0.001)
             try:
-                if self.settings.evaluate_in_thread or not alarm_available():
+                if self.settings.evaluate_in_thread or not self._alarm.available():
                     decision = await asyncio.wait_for(loop.run_in_executor(self._executor, call), remaining)
                 else:
-                    decision = call_with_alarm(call, remaining)
+                    decision = self._alarm.call(call, remaining)
             except (TimeoutError, DeadlineExceeded):
                 self.metrics.deadline_exceeded.labels("evaluate").inc()
                 raise _Failed(500, "mpigate could not evaluate the request within its deadline") from None
@@ -304,6 +305,11 @@ class AdmissionService:
         else:
             outcome = decision.outcome
         return Reply(200, body, outcome, decision, info)
+
+    def close(self) -> None:
+        """Release what the service holds (the ``SIGALRM`` handler of inline evaluation)."""
+        if self._alarm.available():
+            self._alarm.close()
 
     def _span(self, name: str, kind: SpanKind = SpanKind.INTERNAL) -> AbstractContextManager[Span]:
         if not self._traced:
