@@ -1,9 +1,17 @@
-"""Prometheus metrics of one server instance (a registry per app; no global state)."""
+"""Prometheus metrics of one server instance (a registry per app; no global state).
+
+With ``--workers`` (admission/workers.py) each worker process writes its values to the directory in
+``$PROMETHEUS_MULTIPROC_DIR`` (``prometheus_client``'s multiprocess mode) and the exposition sums
+them, so that any worker answers ``/metrics`` for the whole replica.
+"""
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from mpigate.policy.decision import Decision
 
@@ -81,6 +89,7 @@ class Metrics:
             "mpigate_config_last_reload_timestamp_seconds",
             "When the config being served was loaded (Unix time).",
             registry=r,
+            multiprocess_mode="max",
         )
         self.tls_reloads = Counter(
             "mpigate_tls_reloads",
@@ -89,7 +98,10 @@ class Metrics:
             registry=r,
         )
         self.in_flight = Gauge(
-            "mpigate_admission_in_flight", "Admission reviews being handled now.", registry=r
+            "mpigate_admission_in_flight",
+            "Admission reviews being handled now.",
+            registry=r,
+            multiprocess_mode="livesum",
         )
 
     def count_rules(self, decision: Decision) -> None:
@@ -102,4 +114,11 @@ class Metrics:
         self.config_loaded_at.set(loaded_at)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if not directory:
+            return generate_latest(self.registry)
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=directory)  # type: ignore[no-untyped-call]
+        # Info metrics have no multiprocess form: the config revision is this worker's.
+        own = self.registry.restricted_registry(["mpigate_config_info"])
+        return generate_latest(merged) + generate_latest(own)
