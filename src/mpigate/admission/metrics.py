@@ -8,6 +8,7 @@ them, so that any worker answers ``/metrics`` for the whole replica.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -97,6 +98,10 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        # Label children already used (label values are bounded: endpoints, kinds, operations,
+        # decisions, catalogue rules and modes).
+        self._review_children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
+        self._rule_children: dict[tuple[str, str], Any] = {}
         self.in_flight = Gauge(
             "mpigate_admission_in_flight",
             "Admission reviews being handled now.",
@@ -104,10 +109,27 @@ class Metrics:
             multiprocess_mode="livesum",
         )
 
+    def reviewed(self, endpoint: str, kind: str, operation: str, decision: str, seconds: float) -> None:
+        """Count one answered review and observe its duration."""
+        key = (endpoint, kind, operation, decision)
+        children = self._review_children.get(key)
+        if children is None:  # labels() takes a lock and builds its key each time: look up once
+            children = self._review_children[key] = (
+                self.duration.labels(endpoint),
+                self.requests.labels(endpoint, kind, operation, decision),
+            )
+        children[0].observe(seconds)
+        children[1].inc()
+
     def count_rules(self, decision: Decision) -> None:
         for violation in decision.violations:
             mode = "waived" if violation.waived_by else violation.mode
-            self.rule_hits.labels(violation.rule, mode).inc()
+            child = self._rule_children.get((violation.rule, mode))
+            if child is None:
+                child = self._rule_children[(violation.rule, mode)] = self.rule_hits.labels(
+                    violation.rule, mode
+                )
+            child.inc()
 
     def config_served(self, revision: str, loaded_at: float) -> None:
         self.config_info.info({"revision": revision})

@@ -213,6 +213,8 @@ def _get(
         if required:
             raise _Bad(f"{path}.{key}", "is required")
         return None
+    if type(value) is kind:  # the common case, decoded JSON of the expected type
+        return value
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         expected = (
             "object" if kind is dict else "string" if kind is str else "boolean" if kind is bool else "array"
@@ -334,13 +336,14 @@ def _decode_object(
             f"got kind {_show(kind)} apiVersion {_show(api_version)}",
         )
     meta = _get(obj, "metadata", path, dict, required=True)
+    meta_path = f"{path}.metadata"
     for field in ("name", "namespace", "generateName"):
-        _str(meta, field, f"{path}.metadata")
+        _str(meta, field, meta_path)
     for field in ("labels", "annotations"):
-        mapping = _get(meta, field, f"{path}.metadata", dict, required=False) or {}
+        mapping = _get(meta, field, meta_path, dict, required=False) or {}
         for k, v in mapping.items():
             if not isinstance(v, str):
-                raise _Bad(f"{path}.metadata.{field}[{_show(k)}]", f"must be a string, got {_type_name(v)}")
+                raise _Bad(f"{meta_path}.{field}[{_show(k)}]", f"must be a string, got {_type_name(v)}")
     _get(obj, "spec", path, dict, required=False)
     return cast(dict[str, Any], obj)
 

@@ -193,10 +193,9 @@ class AdmissionService:
         finally:
             self.metrics.in_flight.dec()
         elapsed = loop.time() - started
-        self.metrics.duration.labels(stage).observe(elapsed)
         kind = reply.info.get("kind", "-")
         operation = reply.info.get("operation", "-")
-        self.metrics.requests.labels(stage, kind, operation, reply.outcome).inc()
+        self.metrics.reviewed(stage, kind, operation, reply.outcome, elapsed)
         if reply.decision is not None and stage == "validate":
             self.metrics.count_rules(reply.decision)
         level = logging.INFO if reply.status < 500 else logging.ERROR
