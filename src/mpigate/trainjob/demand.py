@@ -135,23 +135,21 @@ def _pod_resources(job: EffectiveJob) -> PodResources:
     return PodResources(total, tuple(containers))
 
 
+_BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
 def format_quantity(value: Fraction | None, resource: str) -> str | None:
     """A canonical Kubernetes quantity: ``32``, ``500m`` for CPU; ``256Gi`` for memory."""
     if value is None:
         return None
     if resource == "memory" or resource.startswith("hugepages-") or resource == "ephemeral-storage":
-        for suffix, size in (
-            ("Ei", 2**60),
-            ("Pi", 2**50),
-            ("Ti", 2**40),
-            ("Gi", 2**30),
-            ("Mi", 2**20),
-            ("Ki", 2**10),
-        ):
-            if value >= size and (value / size).denominator == 1:
-                return f"{value // size}{suffix}"
+        # Only a whole number of bytes can be a whole number of KiB..EiB: integer arithmetic.
         if value.denominator == 1:
-            return str(value.numerator)
+            whole = value.numerator
+            for suffix, size in _BINARY_SUFFIXES:
+                if whole >= size and whole % size == 0:
+                    return f"{whole // size}{suffix}"
+            return str(whole)
     if value.denominator == 1:
         return str(value.numerator)
     milli = value * 1000
