@@ -142,6 +142,12 @@ def _configure_logging(fmt: str, level: str) -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)
+    # Neither format shows the caller, thread or process: don't compute them for every record
+    # (the logging HOWTO's "Optimization" knobs; one review is one record).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     # aiohttp logs every malformed HTTP message with a traceback; one line is enough.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL if level != "debug" else logging.DEBUG)
 

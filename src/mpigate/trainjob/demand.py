@@ -142,14 +142,14 @@ def format_quantity(value: Fraction | None, resource: str) -> str | None:
     """A canonical Kubernetes quantity: ``32``, ``500m`` for CPU; ``256Gi`` for memory."""
     if value is None:
         return None
-    if resource == "memory" or resource.startswith("hugepages-") or resource == "ephemeral-storage":
-        # Only a whole number of bytes can be a whole number of KiB..EiB: integer arithmetic.
-        if value.denominator == 1:
-            whole = value.numerator
-            for suffix, size in _BINARY_SUFFIXES:
-                if whole >= size and whole % size == 0:
-                    return f"{whole // size}{suffix}"
-            return str(whole)
+    binary = resource == "memory" or resource.startswith("hugepages-") or resource == "ephemeral-storage"
+    # Only a whole number of bytes can be a whole number of KiB..EiB: integer arithmetic.
+    if binary and value.denominator == 1:
+        whole = value.numerator
+        for suffix, size in _BINARY_SUFFIXES:
+            if whole >= size and whole % size == 0:
+                return f"{whole // size}{suffix}"
+        return str(whole)
     if value.denominator == 1:
         return str(value.numerator)
     milli = value * 1000
