@@ -12,7 +12,7 @@ The load: every example TrainJob, as the API server sends it — ``/mutate`` wit
 processes each hold keep-alive connections and run closed loops (send, wait, send); the
 concurrency is split over them so that one Python client does not become the bottleneck.
 
-    .venv/bin/python benchmarks/webhook_load.py [--seconds 5] [--concurrency 1,10,50]
+    .venv/bin/python benchmarks/webhook_load.py [--seconds 5] [--concurrency 1,10,50] [--workers 2]
 
 Prints throughput, latency percentiles and errors per target and concurrency, then the goals
 (zero errors; p99 ≤ 15 ms at concurrency 10; mpigate ≥ 50 % of the no-op throughput).
@@ -224,11 +224,14 @@ def wait_port(port_file: Path, proc: subprocess.Popen[bytes], timeout: float = 3
     raise RuntimeError("server did not start")
 
 
-def start_mpigate(tmp: Path, cert: Path, key: Path, audit: bool) -> tuple[subprocess.Popen[bytes], int]:
+def start_mpigate(
+    tmp: Path, cert: Path, key: Path, audit: bool, workers: int = 1
+) -> tuple[subprocess.Popen[bytes], int]:
     log_path = tmp / f"mpigate{'-audit' if audit else ''}.log"
     args = [
         sys.executable, "-m", "mpigate", "serve", "--config", str(REPO), "--tls-cert", str(cert),
         "--tls-key", str(key), "--host", "127.0.0.1", "--port", "0", "--no-live",
+        "--workers", str(workers),
     ]  # fmt: skip
     if audit:
         keyfile = tmp / "audit.key"
@@ -255,6 +258,7 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,10,50")
     parser.add_argument("--client-procs", type=int, default=2, help="load generator processes")
     parser.add_argument("--targets", default="noop,mpigate,mpigate+audit")
+    parser.add_argument("--workers", type=int, default=1, help="mpigate serve --workers (processes)")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     targets = args.targets.split(",")
@@ -265,7 +269,8 @@ def main() -> None:
     results: dict[str, list[dict[str, Any]]] = {}
     requests: list[bytes] | None = None
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; {args.seconds:g} s per level "
-          f"after {args.warmup:g} s warm-up; {args.client_procs} client processes")  # fmt: skip
+          f"after {args.warmup:g} s warm-up; {args.client_procs} client processes; "
+          f"mpigate serve --workers {args.workers}")  # fmt: skip
     try:
         for target in targets:
             if target == "noop":
@@ -283,7 +288,7 @@ def main() -> None:
                 port = wait_port(port_file, proc)
             else:
                 proc, port = start_mpigate(
-                    tmp, issued.tls_cert, issued.tls_key, audit=target.endswith("audit")
+                    tmp, issued.tls_cert, issued.tls_key, audit=target.endswith("audit"), workers=args.workers
                 )
             try:
                 if requests is None:
@@ -314,6 +319,10 @@ def main() -> None:
             print(f"{target:<14} {row['concurrency']:>4} {figures} {row['errors']:>7}")
             if row["first_error"]:
                 print(f"{'':<14} first error: {row['first_error']}")
+    averages = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(
+        f"load average after the run: {averages} (other processes share the CPUs: compare runs at low load)"
+    )
     if "noop" in results and "mpigate" in results:
         print()
         print("goals:")

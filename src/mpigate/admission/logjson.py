@@ -14,6 +14,9 @@ from typing import Any
 
 __all__ = ["JsonFormatter", "fields"]
 
+# json.dumps(out, ensure_ascii=False, default=str) builds an encoder per call; this is the same one.
+_encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
+
 
 def fields(**values: Any) -> dict[str, Any]:
     """``extra=`` for a log call: ``log.info("answered", extra=fields(request_id=...))``."""
@@ -36,4 +39,4 @@ class JsonFormatter(logging.Formatter):
                 out.setdefault(key, value)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False, default=str)
+        return _encode(out)

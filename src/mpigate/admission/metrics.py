@@ -1,9 +1,18 @@
-"""Prometheus metrics of one server instance (a registry per app; no global state)."""
+"""Prometheus metrics of one server instance (a registry per app; no global state).
+
+With ``--workers`` (admission/workers.py) each worker process writes its values to the directory in
+``$PROMETHEUS_MULTIPROC_DIR`` (``prometheus_client``'s multiprocess mode) and the exposition sums
+them, so that any worker answers ``/metrics`` for the whole replica.
+"""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from mpigate.policy.decision import Decision
 
@@ -81,6 +90,7 @@ class Metrics:
             "mpigate_config_last_reload_timestamp_seconds",
             "When the config being served was loaded (Unix time).",
             registry=r,
+            multiprocess_mode="max",
         )
         self.tls_reloads = Counter(
             "mpigate_tls_reloads",
@@ -88,18 +98,49 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        # Label children already used (label values are bounded: endpoints, kinds, operations,
+        # decisions, catalogue rules and modes).
+        self._review_children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
+        self._rule_children: dict[tuple[str, str], Any] = {}
         self.in_flight = Gauge(
-            "mpigate_admission_in_flight", "Admission reviews being handled now.", registry=r
+            "mpigate_admission_in_flight",
+            "Admission reviews being handled now.",
+            registry=r,
+            multiprocess_mode="livesum",
         )
+
+    def reviewed(self, endpoint: str, kind: str, operation: str, decision: str, seconds: float) -> None:
+        """Count one answered review and observe its duration."""
+        key = (endpoint, kind, operation, decision)
+        children = self._review_children.get(key)
+        if children is None:  # labels() takes a lock and builds its key each time: look up once
+            children = self._review_children[key] = (
+                self.duration.labels(endpoint),
+                self.requests.labels(endpoint, kind, operation, decision),
+            )
+        children[0].observe(seconds)
+        children[1].inc()
 
     def count_rules(self, decision: Decision) -> None:
         for violation in decision.violations:
             mode = "waived" if violation.waived_by else violation.mode
-            self.rule_hits.labels(violation.rule, mode).inc()
+            child = self._rule_children.get((violation.rule, mode))
+            if child is None:
+                child = self._rule_children[(violation.rule, mode)] = self.rule_hits.labels(
+                    violation.rule, mode
+                )
+            child.inc()
 
     def config_served(self, revision: str, loaded_at: float) -> None:
         self.config_info.info({"revision": revision})
         self.config_loaded_at.set(loaded_at)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if not directory:
+            return generate_latest(self.registry)
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=directory)  # type: ignore[no-untyped-call]
+        # Info metrics have no multiprocess form: the config revision is this worker's.
+        own = self.registry.restricted_registry(["mpigate_config_info"])
+        return generate_latest(merged) + generate_latest(own)

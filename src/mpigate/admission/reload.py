@@ -44,13 +44,15 @@ def tree_stamp(path: Path) -> Stamp:
         # Hidden directories: .git, and the kubelet's ..<timestamp> directories (their files are
         # reached through the visible symlinks, and ..data is fingerprinted above).
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        # Plain strings, not Path objects: this runs every poll interval, next to the event loop.
+        prefix = os.path.relpath(root, path)
         for name in sorted(files):
-            full = Path(root) / name
-            entries.append(_file_entry(full, str(full.relative_to(path))))
+            rel = name if prefix == "." else os.path.join(prefix, name)
+            entries.append(_file_entry(os.path.join(root, name), rel))
     return tuple(entries)
 
 
-def _file_entry(full: Path, rel: str) -> tuple[object, ...]:
+def _file_entry(full: Path | str, rel: str) -> tuple[object, ...]:
     try:
         st = os.stat(full)
     except OSError:

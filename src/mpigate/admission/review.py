@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
+import orjson
+
 from mpigate.policy.decision import AdmissionInput, Decision, Operation, UserInfo
 
 from .routes import RESOURCES
@@ -148,6 +150,13 @@ def _reject_constant(name: str) -> Any:
 def parse_json(body: bytes) -> Any | BadReview:
     """Decode a request body as strict JSON (UTF-8; no NaN/Infinity)."""
     try:
+        # orjson is several times faster and accepts exactly the strict JSON that the standard
+        # library path below accepts, except integers beyond 64 bits and lone surrogate escapes:
+        # anything orjson refuses goes through that path, which decides (and words the errors).
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         return BadReview(f"body is not UTF-8: {exc.reason} at byte {exc.start}")
@@ -204,6 +213,8 @@ def _get(
         if required:
             raise _Bad(f"{path}.{key}", "is required")
         return None
+    if type(value) is kind:  # the common case, decoded JSON of the expected type
+        return value
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         expected = (
             "object" if kind is dict else "string" if kind is str else "boolean" if kind is bool else "array"
@@ -325,13 +336,14 @@ def _decode_object(
             f"got kind {_show(kind)} apiVersion {_show(api_version)}",
         )
     meta = _get(obj, "metadata", path, dict, required=True)
+    meta_path = f"{path}.metadata"
     for field in ("name", "namespace", "generateName"):
-        _str(meta, field, f"{path}.metadata")
+        _str(meta, field, meta_path)
     for field in ("labels", "annotations"):
-        mapping = _get(meta, field, f"{path}.metadata", dict, required=False) or {}
+        mapping = _get(meta, field, meta_path, dict, required=False) or {}
         for k, v in mapping.items():
             if not isinstance(v, str):
-                raise _Bad(f"{path}.metadata.{field}[{_show(k)}]", f"must be a string, got {_type_name(v)}")
+                raise _Bad(f"{meta_path}.{field}[{_show(k)}]", f"must be a string, got {_type_name(v)}")
     _get(obj, "spec", path, dict, required=False)
     return cast(dict[str, Any], obj)
 

@@ -13,6 +13,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import os
 import re
 import signal
 import ssl
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
 from aiohttp import web
 
 from .kube import KubeClient, KubeConfig
@@ -52,11 +54,15 @@ STATE_KEY: Final = web.AppKey("state", dict)
 MAX_BODY_KEY: Final = web.AppKey("max_body", int)
 REQUEST_ID_KEY: Final = web.RequestKey("request_id", str)
 
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
-
 
 def _json(body: dict[str, Any], status: int = 200) -> web.Response:
-    return web.Response(body=_dumps(body).encode(), status=status, content_type="application/json")
+    # orjson: compact UTF-8 JSON, several times faster than the standard library's encoder (which
+    # stays the fallback for what orjson does not encode, e.g. non-string keys).
+    try:
+        encoded = orjson.dumps(body)
+    except TypeError:
+        encoded = json.dumps(body, separators=(",", ":")).encode()
+    return web.Response(body=encoded, status=status, content_type="application/json")
 
 
 @web.middleware
@@ -173,6 +179,10 @@ class ServeOptions:
     eval_threads: int = 4
     # The cluster to read live context from (None: static checks only).
     kube: KubeConfig | None = None
+    # One of several worker processes on one port (``--workers``, admission/workers.py): bind with
+    # SO_REUSEPORT and log as worker ``worker``.
+    reuse_port: bool = False
+    worker: int | None = None
 
 
 class WebhookServer:
@@ -183,6 +193,7 @@ class WebhookServer:
         options: ServeOptions,
         *,
         evaluator: Evaluator | None = None,
+        mutator: Evaluator | None = None,
         recorder: DecisionRecorder | None = None,
         live: LiveSource | None = None,
         tracing: Tracing | None = None,
@@ -207,6 +218,7 @@ class WebhookServer:
         self.service = AdmissionService(
             self.store,
             evaluator=evaluator,
+            mutator=mutator,
             recorder=recorder,
             live=live,
             metrics=self.metrics,
@@ -246,21 +258,37 @@ class WebhookServer:
         )
         await self._runner.setup()
         site = web.TCPSite(
-            self._runner, self.options.host, self.options.port, ssl_context=self.ssl_context, backlog=1024
+            self._runner,
+            self.options.host,
+            self.options.port,
+            ssl_context=self.ssl_context,
+            backlog=1024,
+            reuse_port=True if self.options.reuse_port else None,
         )
         await site.start()
         self.port = int(self._runner.addresses[0][1])
         self._reloader = asyncio.create_task(self._reload_loop(), name="mpigate-reload")
-        log.info(
-            "listening on %s",
-            self.url,
-            extra=fields(
-                event="listening",
-                url=self.url,
-                port=self.port,
-                revision=self.store.current.revision if self.store.current else None,
-            ),
-        )
+        revision = self.store.current.revision if self.store.current else None
+        if self.options.worker is None:
+            log.info(
+                "listening on %s",
+                self.url,
+                extra=fields(event="listening", url=self.url, port=self.port, revision=revision),
+            )
+        else:  # the supervisor logs "listening" once every worker serves
+            log.info(
+                "worker %d listening on %s",
+                self.options.worker,
+                self.url,
+                extra=fields(
+                    event="worker_listening",
+                    worker=self.options.worker,
+                    pid=os.getpid(),
+                    url=self.url,
+                    port=self.port,
+                    revision=revision,
+                ),
+            )
 
     def _live_error(self, source: str, reason: str) -> None:
         self.metrics.live_errors.labels(source, reason).inc()
@@ -307,17 +335,21 @@ class WebhookServer:
         if self.service.live is not None:
             await self.service.live.stop()
         await self.service.recorder.close()
+        self.service.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(self.tracing.shutdown)
         log.info("stopped", extra=fields(event="stopped"))
 
-    async def run_until_signalled(self) -> None:
-        """Serve until SIGTERM or SIGINT, then stop gracefully."""
+    async def run_until_signalled(self, on_started: Callable[[], None] | None = None) -> None:
+        """Serve until SIGTERM or SIGINT, then stop gracefully (``on_started``: called once
+        serving)."""
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await self.start()
+        if on_started is not None:
+            on_started()
         try:
             await stop.wait()
             log.info("signal received: draining", extra=fields(event="draining"))

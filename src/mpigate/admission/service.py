@@ -19,21 +19,24 @@ Failure behaviour (documented in docs/webhook.md):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from mpigate.config import Config
-from mpigate.policy import evaluate
+from mpigate.policy import evaluate, mutations
 from mpigate.policy.decision import AdmissionInput, Decision, LiveContext
 
+from .deadline import AlarmClock, DeadlineExceeded
 from .live import LiveSource
 from .logjson import fields
 from .metrics import Metrics
@@ -59,6 +62,7 @@ __all__ = [
     "Reply",
     "ServiceSettings",
     "default_evaluator",
+    "default_mutator",
     "status_body",
 ]
 
@@ -74,6 +78,12 @@ MIN_RECORD_SECONDS: Final = 0.05
 def default_evaluator() -> Evaluator:
     """The policy engine, ``mpigate.policy.evaluate``."""
     return evaluate
+
+
+def default_mutator() -> Evaluator:
+    """The engine's mutation-only entry point, ``mpigate.policy.mutations`` (the patch of
+    ``evaluate`` without judging the object: ``/mutate`` never denies)."""
+    return mutations
 
 
 def status_body(code: int, message: str) -> dict[str, Any]:
@@ -95,9 +105,12 @@ class ServiceSettings:
 
     deadline: float = 2.0
     live_timeout: float = 0.5
-    # Run the engine in a worker thread so that a pathological object cannot hold the event
-    # loop past the deadline (health checks and other reviews keep being served).
-    evaluate_in_thread: bool = True
+    # False: run the engine on the event loop's thread, interrupted at the deadline by SIGALRM
+    # (admission/deadline.py) — a pathological object cannot hold the loop past the deadline, and
+    # the GIL is not contended between the loop and a worker; off the main thread this falls back
+    # to a worker thread. True: always a worker thread (the loop keeps serving while the engine
+    # runs, at the price of the hand-off).
+    evaluate_in_thread: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +142,7 @@ class AdmissionService:
         store: ConfigStore,
         *,
         evaluator: Evaluator | None = None,
+        mutator: Evaluator | None = None,
         recorder: DecisionRecorder | None = None,
         live: LiveSource | None = None,
         metrics: Metrics | None = None,
@@ -140,16 +154,26 @@ class AdmissionService:
         self.store = store
         self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self._evaluator = evaluator
+        self._mutator = mutator
         self.recorder: DecisionRecorder = recorder or NullRecorder()
         self.live = live
         self.metrics = metrics or Metrics()
         self.tracer = tracer or trace.NoOpTracer()
+        # Without tracing, spans are skipped altogether (a no-op span still costs context switches).
+        self._traced = not isinstance(self.tracer, trace.NoOpTracer)
         self.settings = settings or ServiceSettings()
         self._executor = executor
+        self._alarm = AlarmClock()
 
     @property
     def evaluator(self) -> Evaluator:
         return self._evaluator or evaluate
+
+    @property
+    def mutator(self) -> Evaluator:
+        """What ``/mutate`` calls: the given mutator, else a given evaluator (an engine without a
+        mutation-only entry point), else :func:`mpigate.policy.mutations`."""
+        return self._mutator or self._evaluator or mutations
 
     async def review(self, stage: Stage, body: bytes, request_id: str) -> Reply:
         """Judge one request body for ``stage`` (``mutate`` or ``validate``)."""
@@ -158,7 +182,7 @@ class AdmissionService:
         deadline = started + self.settings.deadline
         self.metrics.in_flight.inc()
         try:
-            with self.tracer.start_as_current_span(f"admission {stage}", kind=SpanKind.SERVER) as span:
+            with self._span(f"admission {stage}", SpanKind.SERVER) as span:
                 span.set_attribute("mpigate.stage", stage)
                 span.set_attribute("mpigate.request_id", request_id)
                 reply = await self._review(stage, body, request_id, deadline, span)
@@ -169,10 +193,9 @@ class AdmissionService:
         finally:
             self.metrics.in_flight.dec()
         elapsed = loop.time() - started
-        self.metrics.duration.labels(stage).observe(elapsed)
         kind = reply.info.get("kind", "-")
         operation = reply.info.get("operation", "-")
-        self.metrics.requests.labels(stage, kind, operation, reply.outcome).inc()
+        self.metrics.reviewed(stage, kind, operation, reply.outcome, elapsed)
         if reply.decision is not None and stage == "validate":
             self.metrics.count_rules(reply.decision)
         level = logging.INFO if reply.status < 500 else logging.ERROR
@@ -249,15 +272,16 @@ class AdmissionService:
                 info["live"] = live.unavailable_reason
                 self.metrics.live_fallbacks.inc()
         now = self._clock()
-        with self.tracer.start_as_current_span("evaluate"):
-            call = functools.partial(self.evaluator, config, req.input, live, now)
+        with self._span("evaluate"):
+            engine = self.mutator if stage == "mutate" else self.evaluator
+            call = functools.partial(engine, config, req.input, live, now)
+            remaining = max(deadline - loop.time(), 0.001)
             try:
-                if self.settings.evaluate_in_thread:
-                    remaining = max(deadline - loop.time(), 0.001)
+                if self.settings.evaluate_in_thread or not self._alarm.available():
                     decision = await asyncio.wait_for(loop.run_in_executor(self._executor, call), remaining)
                 else:
-                    decision = call()
-            except TimeoutError:
+                    decision = self._alarm.call(call, remaining)
+            except (TimeoutError, DeadlineExceeded):
                 self.metrics.deadline_exceeded.labels("evaluate").inc()
                 raise _Failed(500, "mpigate could not evaluate the request within its deadline") from None
             except Exception:
@@ -265,8 +289,9 @@ class AdmissionService:
                 raise _Failed(500, "mpigate failed to evaluate the request (internal error)") from None
         info["rules"] = list(decision.rule_ids)
         info["team"] = decision.team
-        with self.tracer.start_as_current_span("audit record"):
-            await self._record(decision, req.input, stage, deadline, request_id)
+        with self._span("audit record"):
+            if not isinstance(self.recorder, NullRecorder):  # nothing to wait for without a trail
+                await self._record(decision, req.input, stage, deadline, request_id)
         # Keep the engine's own live warning if it already gave one.
         extra_warnings = [
             w for w in extra_warnings if not any(LIVE_UNAVAILABLE in d for d in decision.warnings)
@@ -280,6 +305,16 @@ class AdmissionService:
             outcome = decision.outcome
         return Reply(200, body, outcome, decision, info)
 
+    def close(self) -> None:
+        """Release what the service holds (the ``SIGALRM`` handler of inline evaluation)."""
+        if self._alarm.available():
+            self._alarm.close()
+
+    def _span(self, name: str, kind: SpanKind = SpanKind.INTERNAL) -> AbstractContextManager[Span]:
+        if not self._traced:
+            return _NO_SPAN
+        return self.tracer.start_as_current_span(name, kind=kind)
+
     async def _live_context(
         self, config: Config, request: AdmissionInput, deadline: float
     ) -> LiveContext | None:
@@ -290,7 +325,7 @@ class AdmissionService:
         if budget <= 0.001:
             self.metrics.deadline_exceeded.labels("live").inc()
             return LiveContext(unavailable_reason="no time left for live lookups")
-        with self.tracer.start_as_current_span("live context") as span:
+        with self._span("live context") as span:
             try:
                 # The source bounds its own lookups; this outer bound also covers a misbehaving one.
                 context = await asyncio.wait_for(self.live.context(config, request, budget), budget + 0.05)
@@ -327,6 +362,9 @@ class AdmissionService:
                 "audit record not written: %s", exc, extra=fields(request_id=request_id, event="audit_error")
             )
             raise _Failed(500, f"mpigate could not write the audit record ({type(exc).__name__})") from None
+
+
+_NO_SPAN: Final = contextlib.nullcontext(trace.INVALID_SPAN)
 
 
 def _log_late_record(task: asyncio.Future[None]) -> None:

@@ -8,11 +8,13 @@ which itself knows nothing about HTTP.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ from mpigate.admission.routes import DEFAULT_PORT
 from mpigate.admission.server import ServeOptions, WebhookServer
 from mpigate.admission.service import ServiceSettings
 from mpigate.admission.tracing import EXPORTERS, make_tracing
+from mpigate.admission.workers import reserve_port, run_workers
 from mpigate.audit import (
     AsyncAuditLog,
     AuditError,
@@ -139,6 +142,12 @@ def _configure_logging(fmt: str, level: str) -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)
+    # Neither format shows the caller, thread or process: don't compute them for every record
+    # (the logging HOWTO's "Optimization" knobs; one review is one record).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     # aiohttp logs every malformed HTTP message with a traceback; one line is enough.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL if level != "debug" else logging.DEBUG)
 
@@ -189,6 +198,13 @@ def _kube_config(kubeconfig: Path | None, context: str | None, live: bool) -> Ku
     default=None,
     help="OpenTelemetry traces: none (default, or $MPIGATE_TRACING), console, otlp ($OTEL_EXPORTER_OTLP_*).",
 )
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Server processes on the port (SO_REUSEPORT); about one per core.",
+)
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
@@ -212,6 +228,7 @@ def serve_command(
     shutdown_delay: float,
     shutdown_timeout: float,
     trace_exporter: str | None,
+    workers: int,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -255,6 +272,10 @@ def serve_command(
         shutdown_timeout=shutdown_timeout,
         kube=kube,
     )
+    if workers > 1:
+        sys.exit(
+            _serve_workers(options, workers, audit_dir, audit_key, trace_exporter, log_format, log_level)
+        )
     try:
         asyncio.run(_serve(options, audit_dir, audit_key, trace_exporter))
     except (ValueError, OSError, AuditError) as exc:
@@ -262,8 +283,98 @@ def serve_command(
         sys.exit(2)
 
 
+@dataclass(frozen=True)
+class _WorkerSpec:
+    """What one ``--workers`` process needs (picklable: workers are spawned)."""
+
+    options: ServeOptions
+    audit_dir: Path | None
+    audit_key: Path | None
+    exporter: str | None
+    log_format: str
+    log_level: str
+
+
+def _serve_workers(
+    options: ServeOptions,
+    count: int,
+    audit_dir: Path | None,
+    audit_key: Path | None,
+    exporter: str | None,
+    log_format: str,
+    log_level: str,
+) -> int:
+    try:
+        reserved, port = reserve_port(options.host, options.port)
+    except OSError as exc:
+        click.secho(f"error: cannot bind {options.host}:{options.port}: {exc}", fg="red", err=True)
+        return 2
+    shared = dataclasses.replace(options, port=port, reuse_port=True)
+    try:
+        return run_workers(
+            _run_worker,
+            lambda index, ready: (
+                _WorkerSpec(
+                    dataclasses.replace(shared, worker=index),
+                    audit_dir,
+                    audit_key,
+                    exporter,
+                    log_format,
+                    log_level,
+                ),
+                ready,
+            ),
+            count,
+            port=port,
+            stop_timeout=options.shutdown_delay + options.shutdown_timeout + 5,
+        )
+    finally:
+        reserved.close()
+
+
+class _WorkerField(logging.Filter):
+    """Adds ``worker`` to every JSON log line of a worker process."""
+
+    def __init__(self, index: int | None) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        extra = getattr(record, "fields", None)
+        if isinstance(extra, dict):
+            extra.setdefault("worker", self.index)
+        else:
+            record.fields = {"worker": self.index}
+        return True
+
+
+def _run_worker(spec: _WorkerSpec, ready: Any) -> None:
+    """One ``--workers`` process: a complete server that reports to the supervisor once serving."""
+    _configure_logging(spec.log_format, spec.log_level)
+    index = spec.options.worker
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_WorkerField(index))
+    try:
+        asyncio.run(
+            _serve(
+                spec.options,
+                spec.audit_dir,
+                spec.audit_key,
+                spec.exporter,
+                on_started=lambda: ready.put(index),
+            )
+        )
+    except (ValueError, OSError, AuditError) as exc:
+        log.error("worker %s: %s", index, exc)
+        sys.exit(2)
+
+
 async def _serve(
-    options: ServeOptions, audit_dir: Path | None, audit_key: Path | None, exporter: str | None
+    options: ServeOptions,
+    audit_dir: Path | None,
+    audit_key: Path | None,
+    exporter: str | None,
+    on_started: Callable[[], None] | None = None,
 ) -> None:
     metrics = Metrics()
     recorder = None
@@ -274,7 +385,7 @@ async def _serve(
             settings = None  # the server reports the config problems; audit uses its defaults
         recorder = await open_audit(audit_dir, settings, audit_key, metrics)
     server = WebhookServer(options, recorder=recorder, metrics=metrics, tracing=make_tracing(exporter))
-    await server.run_until_signalled()
+    await server.run_until_signalled(on_started)
 
 
 @click.command("certs")

@@ -405,6 +405,10 @@ class Config:
     _exceptions_by_team: Mapping[str, tuple[PolicyException, ...]] = field(
         repr=False, compare=False, default_factory=_empty
     )
+    # Values that consumers derive from this config alone (the engine's prepared runtimes and
+    # lookup tables): computed lazily, once per config, then shared read-only by every request.
+    # Keyed by the deriving module; never part of equality. Not state that outlives the config.
+    memo: dict[Any, Any] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def team_for_namespace(self, namespace: str) -> Team | None:
         """The team that owns ``namespace`` (O(1)), or None."""

@@ -19,7 +19,7 @@ from .decision import (
     UserInfo,
     Violation,
 )
-from .engine import evaluate
+from .engine import evaluate, mutations
 from .jsonpatch import JsonPatchError, apply_patch, diff
 
 __all__ = [
@@ -35,4 +35,5 @@ __all__ = [
     "apply_patch",
     "diff",
     "evaluate",
+    "mutations",
 ]

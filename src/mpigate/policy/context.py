@@ -14,6 +14,7 @@ from typing import Any
 from mpigate.config import Config
 from mpigate.config.model import DataClassification, NetworkProfile, Region, Team
 from mpigate.trainjob import Resolution
+from mpigate.trainjob.jsontypes import is_mapping
 
 from .decision import LiveContext, Operation
 
@@ -38,7 +39,7 @@ TEAM_LABEL = "mpigate.io/team"
 
 
 def as_mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if is_mapping(value) else {}
 
 
 def as_list(value: Any) -> list[Any]:

@@ -35,7 +35,16 @@ from typing import Any
 from mpigate.catalogue import all_rules
 from mpigate.config import Config, parse_quantity
 from mpigate.config.model import Team
-from mpigate.trainjob import Problem, Resolution, format_quantity, resolve, resolve_runtime
+from mpigate.trainjob import (
+    PreparedRuntime,
+    Problem,
+    Resolution,
+    format_quantity,
+    prepare_runtime,
+    resolve,
+    resolve_runtime,
+)
+from mpigate.trainjob.jsontypes import is_mapping
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 from .context import (
@@ -58,10 +67,11 @@ from .decision import (
     Operation,
     Violation,
 )
-from .demand import build_demand, gpu_resources, is_gpu
+from .demand import build_demand, is_gpu
 from .findings import Finding, short_warning
 from .jsonpatch import diff
 from .mutation import mutate
+from .prepared import config_gpu_resources, config_image_refs, prepared_runtime
 from .rules.image import check_image_ref, check_images
 from .rules.lifecycle import check_lifecycle, check_update_guard
 from .rules.network import check_network
@@ -70,13 +80,14 @@ from .rules.residency import check_residency
 from .rules.runtime import check_mpi_sanity, check_runtime_approval, check_runtime_drift
 from .rules.security import check_pod_security, check_secrets, check_service_accounts, credential_reason
 
-__all__ = ["RUNTIME_KINDS", "evaluate"]
+__all__ = ["RUNTIME_KINDS", "evaluate", "mutations"]
 
 log = logging.getLogger(__name__)
 
 RUNTIME_KINDS = frozenset({"ClusterTrainingRuntime", "TrainingRuntime"})
 # Rule families whose violations also evidence the data classification's own controls.
 _CLASSIFICATION_FAMILIES = ("MPG-RES-", "MPG-NET-", "MPG-IMG-")
+_OWN_MANAGER = frozenset({MPIGATE_MANAGER})
 
 
 def evaluate(
@@ -121,11 +132,60 @@ def evaluate(
         )
 
 
+def mutations(
+    config: Config,
+    request: AdmissionInput,
+    live: LiveContext | None = None,
+    now: dt.datetime | None = None,
+) -> Decision:
+    """What the mutating webhook needs: mpigate's JSONPatch for a CREATE of a TrainJob, without
+    judging the object.
+
+    The decision is allowed and carries only the patch and the request's identity (team, revision)
+    — no violations, warnings or demand: the API server sends the patched object to the validating
+    webhook, whose :func:`evaluate` gives the verdict. The patch is exactly ``evaluate``'s for the
+    same request, at the cost of one resolution instead of a full evaluation. Any other request
+    (not a TrainJob, not a CREATE) is answered by :func:`evaluate`. Never raises: an internal error
+    is logged and answered like ``evaluate``'s (denied, no patch).
+    """
+    if request.kind != "TrainJob" or request.operation != "CREATE":
+        return evaluate(config, request, live, now)
+    try:
+        obj = _object(request) if request.obj is not None else as_mapping(request.old_obj)
+        namespace, name = _identity(request, obj)
+        team = config.team_for_namespace(namespace) if namespace else None
+        ctx0, runtime = _job_context(config, "CREATE", obj, namespace, name, team, live, resolved=False)
+        patch, _ = _mutation(ctx0, obj, runtime)
+        return Decision(
+            allowed=True,
+            operation=request.operation,
+            kind=request.kind,
+            namespace=namespace or None,
+            name=name,
+            team=team.name if team else None,
+            revision=config.revision,
+            patch=tuple(patch),
+        )
+    except Exception:  # pragma: no cover - defensive: the fuzz tests keep this path unused
+        log.exception("internal error mutating %s %s/%s", request.kind, request.namespace, request.name)
+        return Decision(
+            allowed=False,
+            operation=request.operation,
+            kind=request.kind,
+            namespace=request.namespace,
+            name=request.name,
+            team=None,
+            revision=config.revision,
+            message=f"mpigate could not evaluate {request.kind} {request.namespace}/{request.name}: "
+            "internal error (logged); denied to fail closed",
+        )
+
+
 # -- TrainJobs -----------------------------------------------------------------------------------
 
 
 def _object(request: AdmissionInput) -> Mapping[str, Any]:
-    return request.obj if isinstance(request.obj, Mapping) else {}
+    return request.obj if is_mapping(request.obj) else {}
 
 
 def _identity(request: AdmissionInput, obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -160,22 +220,19 @@ def _trainjob(
             )
         )
 
-    ctx0, manifest = _job_context(config, request.operation, obj, namespace, name, team, live, resolved=False)
+    ctx0, runtime = _job_context(config, request.operation, obj, namespace, name, team, live, resolved=False)
     patch: list[dict[str, Any]] = []
     target: Mapping[str, Any] = obj
     if request.operation == "CREATE":
-        base = resolve(obj, manifest, exclude_managers=frozenset({MPIGATE_MANAGER})) if manifest else None
-        mutated = mutate(dataclasses.replace(ctx0, resolution=base), obj, base)
-        patch = diff(obj, mutated)
-        target = mutated
-    ctx, _ = _job_context(config, request.operation, target, namespace, name, team, live, manifest=manifest)
+        patch, target = _mutation(ctx0, obj, runtime)
+    ctx, _ = _job_context(config, request.operation, target, namespace, name, team, live, runtime=runtime)
     demand = _demand(ctx)
     findings.extend(_trainjob_findings(ctx, demand))
 
     notes: list[str] = []
-    if request.operation == "UPDATE" and isinstance(request.old_obj, Mapping):
+    if request.operation == "UPDATE" and is_mapping(request.old_obj):
         old = request.old_obj
-        old_ctx, _ = _job_context(config, "UPDATE", old, namespace, name, team, live, manifest=manifest)
+        old_ctx, _ = _job_context(config, "UPDATE", old, namespace, name, team, live, runtime=runtime)
         before = {(f.rule, f.path) for f in _trainjob_findings(old_ctx, _demand(old_ctx))}
         findings = [f for f in findings if (f.rule, f.path) not in before]
         findings.extend(_guarded("MPG-LIFE-003", lambda: check_update_guard(ctx, old)))
@@ -202,6 +259,15 @@ def _trainjob(
     )
 
 
+def _mutation(
+    ctx0: JobContext, obj: Mapping[str, Any], runtime: PreparedRuntime | None
+) -> tuple[list[dict[str, Any]], Mapping[str, Any]]:
+    """mpigate's JSONPatch for a CREATE and the mutated object (``ctx0``: the job, unresolved)."""
+    base = resolve(obj, runtime, exclude_managers=_OWN_MANAGER) if runtime is not None else None
+    mutated = mutate(dataclasses.replace(ctx0, resolution=base), obj, base)
+    return diff(obj, mutated), mutated
+
+
 def _job_context(
     config: Config,
     operation: Operation,
@@ -211,9 +277,11 @@ def _job_context(
     team: Team | None,
     live: LiveContext | None,
     *,
-    manifest: Mapping[str, Any] | None = None,
+    runtime: PreparedRuntime | None = None,
     resolved: bool = True,
-) -> tuple[JobContext, Mapping[str, Any] | None]:
+) -> tuple[JobContext, PreparedRuntime | None]:
+    """The context of ``obj`` and its runtime, prepared (looked up unless ``runtime`` is given:
+    the config's are prepared once per config, a live one once per evaluation)."""
     org = config.org
     labels = labels_of(obj)
     ref = as_mapping(as_mapping(obj.get("spec")).get("runtimeRef"))
@@ -221,15 +289,16 @@ def _job_context(
     runtime_name = as_str(ref.get("name")) or ""
     kind_s = kind if isinstance(kind, str) else ""
     in_tree = config.runtime(kind_s, runtime_name, namespace) if runtime_name and kind_s else None
-    if manifest is None:
+    if runtime is None:
         if in_tree is not None:
-            manifest = in_tree.manifest
+            runtime = prepared_runtime(config, in_tree)
         elif live is not None and live.runtimes is not None and runtime_name:
             approval = org.runtime_approval(runtime_name, kind_s)
             if approval is not None and approval.external:
                 manifest = live.runtimes.get(
                     (kind_s, namespace if kind_s == "TrainingRuntime" else None, runtime_name)
                 )
+                runtime = prepare_runtime(manifest) if manifest is not None else None
     classification = org.data_classifications.get(labels.get(CLASSIFICATION_LABEL, ""))
     region = org.regions.get(team.region) if team else None
     profile = None
@@ -259,16 +328,16 @@ def _job_context(
             and (a := org.runtime_approval(runtime_name, kind_s)) is not None
             and a.external
         ),
-        resolution=resolve(obj, manifest) if manifest is not None and resolved else None,
+        resolution=resolve(obj, runtime) if runtime is not None and resolved else None,
         classification=classification,
         region=region,
         profile=profile,
-        gpu_resources=gpu_resources(config),
+        gpu_resources=config_gpu_resources(config),
         require_digest=require_digest,
         require_digest_reason=reason,
         live=live,
     )
-    return ctx, manifest
+    return ctx, runtime
 
 
 def _demand(ctx: JobContext) -> Demand | None:
@@ -400,6 +469,7 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
                 resolution.jobs,
                 require_digest=ctx.require_digest,
                 digest_reason=ctx.require_digest_reason,
+                known=config_image_refs(config),
             ),
         )
     else:
@@ -481,7 +551,7 @@ def _runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> Decis
     if request.operation in ("DELETE", "CONNECT"):
         return _audited(config, request, namespace, name, team)
     findings = _runtime_findings(config, request, obj, namespace_opt, name)
-    if request.operation == "UPDATE" and isinstance(request.old_obj, Mapping):
+    if request.operation == "UPDATE" and is_mapping(request.old_obj):
         before = {
             (f.rule, f.path) for f in _runtime_findings(config, request, request.old_obj, namespace_opt, name)
         }
@@ -510,7 +580,11 @@ def _runtime_findings(
     out += _guarded(
         "MPG-IMG-001",
         lambda: check_images(
-            org.images, resolution.jobs, require_digest=org.images.require_digest, digest_reason="the org"
+            org.images,
+            resolution.jobs,
+            require_digest=org.images.require_digest,
+            digest_reason="the org",
+            known=config_image_refs(config),
         ),
     )
     return _dedupe(out)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Final
 
 __all__ = [
@@ -234,17 +235,34 @@ def _prefix_matches(ref: ImageRef, host: str, path: str) -> bool:
     return not path or ref.repository == path or ref.repository.startswith(path + "/")
 
 
-def _matching(ref: ImageRef, entries: Sequence[str]) -> list[tuple[int, int, str]]:
-    """(path length, -position, entry) of every well-formed entry that matches ``ref``."""
-    found = []
+def _split_entries(entries: Sequence[str]) -> list[tuple[int, str, str, str]]:
+    """(position, entry, host, path) of the well-formed entries (configuration validation reports
+    the malformed ones; they never match)."""
+    out = []
     for position, entry in enumerate(entries):
         try:
             host, path = split_registry_prefix(entry)
         except ImageRefError:
-            continue  # configuration validation reports malformed entries; they never match
-        if _prefix_matches(ref, host, path):
-            found.append((len(path), -position, entry))
-    return found
+            continue
+        out.append((position, entry, host, path))
+    return out
+
+
+# Allow-lists and mirror keys come from the configuration: parse each list once, not per image.
+_split_config_entries = lru_cache(maxsize=64)(_split_entries)
+
+
+def _matching(ref: ImageRef, entries: Sequence[str]) -> list[tuple[int, int, str]]:
+    """(path length, -position, entry) of every well-formed entry that matches ``ref``."""
+    try:
+        split = _split_config_entries(tuple(entries))
+    except TypeError:  # an unhashable entry: not from a validated config
+        split = _split_entries(entries)
+    return [
+        (len(path), -position, entry)
+        for position, entry, host, path in split
+        if _prefix_matches(ref, host, path)
+    ]
 
 
 def registry_allowed(ref: ImageRef, allowed: Sequence[str]) -> str | None:

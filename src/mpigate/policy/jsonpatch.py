@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mpigate.trainjob.jsontypes import is_mapping
+from mpigate.trainjob.smp import copy_json
+
 __all__ = ["JsonPatchError", "apply_patch", "diff", "escape", "pointer", "resolve_pointer", "unescape"]
 
 
@@ -45,7 +48,7 @@ def resolve_pointer(doc: Any, path: str) -> Any:
     """The value at ``path`` (KeyError when it does not exist)."""
     node = doc
     for token in _split(path):
-        if isinstance(node, Mapping):
+        if is_mapping(node):
             node = node[token]
         elif isinstance(node, list):
             if not token.isdigit() or (len(token) > 1 and token[0] == "0"):
@@ -57,14 +60,20 @@ def resolve_pointer(doc: Any, path: str) -> Any:
 
 
 def diff(old: Any, new: Any) -> list[dict[str, Any]]:
-    """RFC 6902 operations that turn ``old`` into ``new`` (deterministic order)."""
+    """RFC 6902 operations that turn ``old`` into ``new`` (deterministic order). The operations'
+    values are copies: the patch shares nothing with either document."""
     ops: list[dict[str, Any]] = []
     _diff(old, new, [], ops)
+    for op in ops:
+        if "value" in op:
+            op["value"] = copy_json(op["value"])
     return ops
 
 
 def _diff(old: Any, new: Any, path: list[str | int], ops: list[dict[str, Any]]) -> None:
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
+    if old is new:  # a subtree shared by both documents (copy-on-write): nothing changed in it
+        return
+    if is_mapping(old) and is_mapping(new):
         for key in old:
             if key not in new:
                 ops.append({"op": "remove", "path": pointer([*path, key])})
@@ -89,11 +98,34 @@ def _diff(old: Any, new: Any, path: list[str | int], ops: list[dict[str, Any]]) 
         ops.append({"op": "replace", "path": pointer(path), "value": new})
 
 
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
 def _same(a: Any, b: Any) -> bool:
+    if a is b:  # shared (copy-on-write) subtrees; JSON has no NaN, so a value equals itself
+        return True
+    kind = type(a)
+    if kind is type(b):  # the common case, decoded JSON on both sides: exact types, no generators
+        if kind in _SCALAR_TYPES:
+            return bool(a == b)
+        if kind is dict:
+            if a.keys() != b.keys():
+                return False
+            for key, value in a.items():  # noqa: SIM110 - a loop: all(<genexpr>) costs a frame per item
+                if not _same(value, b[key]):
+                    return False
+            return True
+        if kind is list:
+            if len(a) != len(b):
+                return False
+            for x, y in zip(a, b, strict=True):  # noqa: SIM110 - as above
+                if not _same(x, y):
+                    return False
+            return True
     # JSON equality: 1 == 1.0 == True in Python, but not in JSON.
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
+    if is_mapping(a) and is_mapping(b):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
@@ -103,7 +135,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _copy(value: Any) -> Any:
-    if isinstance(value, Mapping):
+    if is_mapping(value):
         return {k: _copy(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_copy(v) for v in value]

@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mpigate.trainjob import Resolution, copy_json
+from mpigate.trainjob import Resolution
+from mpigate.trainjob.jsontypes import is_mapping
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 from . import images
@@ -36,21 +37,28 @@ __all__ = ["build_patch_entry", "mutate"]
 
 def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> dict[str, Any]:
     """A mutated copy of ``obj``. ``ctx`` describes the job; ``base`` is its resolution without
-    mpigate's own runtime patch (``None`` when the runtime is unknown)."""
-    out: dict[str, Any] = copy_json(obj)
+    mpigate's own runtime patch (``None`` when the runtime is unknown).
+
+    Copy-on-write: the mappings mpigate may change (the object, ``metadata``, its labels, ``spec``
+    and ``spec.trainer``) are new, everything else is shared with ``obj`` — both are read-only from
+    here on (the engine diffs them, skipping the shared subtrees).
+    """
+    out: dict[str, Any] = dict(obj)
     config = ctx.config
     team = ctx.team
     metadata = out.get("metadata")
-    if not isinstance(metadata, dict):
-        metadata = out["metadata"] = {}
+    metadata = out["metadata"] = dict(metadata) if is_mapping(metadata) else {}
     spec = out.get("spec")
-    if not isinstance(spec, dict):
+    if not is_mapping(spec):
         return out
+    spec = out["spec"] = dict(spec)
 
     if team is not None:
         labels = metadata.get("labels")
         if labels is None:
             labels = {}
+        elif is_mapping(labels):
+            labels = dict(labels)
         if isinstance(labels, dict):
             if QUEUE_LABEL not in labels:
                 labels[QUEUE_LABEL] = team.default_queue
@@ -64,7 +72,8 @@ def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> 
         spec["activeDeadlineSeconds"] = default_runtime
 
     trainer = spec.get("trainer")
-    if isinstance(trainer, dict):
+    if is_mapping(trainer):
+        trainer = spec["trainer"] = dict(trainer)
         image = trainer.get("image")
         mirrors = config.org.images.mirrors
         if isinstance(image, str) and mirrors:
@@ -141,21 +150,21 @@ def build_patch_entry(ctx: JobContext, base: Resolution) -> dict[str, Any] | Non
 
 def _security_defaults(effective: Mapping[str, Any], pod_spec: dict[str, Any]) -> None:
     pod_sc = effective.get("securityContext")
-    pod_sc = pod_sc if isinstance(pod_sc, Mapping) else {}
+    pod_sc = pod_sc if is_mapping(pod_sc) else {}
     sc: dict[str, Any] = {}
     if "runAsNonRoot" not in pod_sc:
         sc["runAsNonRoot"] = True
     if "seccompProfile" not in pod_sc:
         sc["seccompProfile"] = {"type": "RuntimeDefault"}
-    if sc and isinstance(effective.get("securityContext", {}), Mapping):
+    if sc and is_mapping(effective.get("securityContext", {})):
         pod_spec["securityContext"] = sc
     for list_field in ("initContainers", "containers"):
         patched: list[dict[str, Any]] = []
         for container in as_list(effective.get(list_field)):
-            if not isinstance(container, Mapping) or not isinstance(container.get("name"), str):
+            if not is_mapping(container) or not isinstance(container.get("name"), str):
                 continue
             csc = container.get("securityContext")
-            if csc is not None and not isinstance(csc, Mapping):
+            if csc is not None and not is_mapping(csc):
                 continue
             csc = csc or {}
             if csc.get("privileged") is True:
@@ -164,7 +173,7 @@ def _security_defaults(effective: Mapping[str, Any], pod_spec: dict[str, Any]) -
             if "allowPrivilegeEscalation" not in csc:
                 add["allowPrivilegeEscalation"] = False
             caps = csc.get("capabilities")
-            if caps is None or isinstance(caps, Mapping):
+            if caps is None or is_mapping(caps):
                 drop = as_mapping(caps).get("drop")
                 if drop is None or (isinstance(drop, list) and "ALL" not in drop):
                     # capabilities.drop is replaced by a strategic merge: keep what was dropped.

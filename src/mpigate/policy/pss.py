@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from mpigate.catalogue import all_rules
+from mpigate.trainjob.jsontypes import is_mapping
 
 __all__ = [
     "LEVELS",
@@ -124,6 +125,9 @@ def effective_version(version: str) -> Version:
     return parsed
 
 
+_effective_version = cache(effective_version)  # the config's one or two version strings
+
+
 # --------------------------------------------------------------------------------------------------
 # Text helpers (upstream helpers.go and Go's fmt verbs)
 
@@ -181,7 +185,7 @@ def _annotation_path(key: str) -> str:
 
 
 def _mapping(value: Any) -> Mapping[str, Any] | None:
-    return value if isinstance(value, Mapping) else None
+    return value if type(value) is dict or is_mapping(value) else None
 
 
 def _list(value: Any) -> Sequence[Any]:
@@ -203,11 +207,13 @@ def _int(value: Any) -> int | None:
 def _get(value: Any, *keys: str) -> Any:
     """``value[k1][k2]…`` through mappings only; ``None`` when any step is missing or malformed."""
     for key in keys:
-        mapping = _mapping(value)
-        if mapping is None:
+        if type(value) is not dict and not is_mapping(value):
             return None
-        value = mapping.get(key)
+        value = value.get(key)
     return value
+
+
+# The views read each shared field once (the checks ask for them many times per pod).
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +221,7 @@ class _Container:
     path: str  # e.g. "spec.initContainers[1]"
     name: str
     data: Mapping[str, Any]
-
-    @property
-    def security_context(self) -> Mapping[str, Any] | None:
-        return _mapping(self.data.get("securityContext"))
+    security_context: Mapping[str, Any] | None
 
     def sc_path(self, *keys: str) -> str:
         return ".".join((self.path, "securityContext", *keys))
@@ -229,19 +232,10 @@ class _Pod:
     annotations: Mapping[str, str]
     spec: Mapping[str, Any]
     containers: tuple[_Container, ...]
-
-    @property
-    def security_context(self) -> Mapping[str, Any] | None:
-        return _mapping(self.spec.get("securityContext"))
-
-    @property
-    def is_windows(self) -> bool:
-        return _str(_get(self.spec, "os", "name")) == "windows"
-
-    @property
-    def in_user_namespace(self) -> bool:
-        # helpers.go relaxPolicyForUserNamespacePod: hostUsers explicitly false.
-        return _bool(self.spec.get("hostUsers")) is False
+    security_context: Mapping[str, Any] | None
+    is_windows: bool
+    # helpers.go relaxPolicyForUserNamespacePod: hostUsers explicitly false.
+    in_user_namespace: bool
 
 
 _CONTAINER_LISTS: Final = ("initContainers", "containers", "ephemeralContainers")
@@ -257,8 +251,22 @@ def _pod_view(metadata: Any, spec: Any) -> _Pod:
             data = _mapping(item)
             if data is None:
                 continue
-            containers.append(_Container(f"spec.{key}[{index}]", _str(data.get("name")) or "", data))
-    return _Pod(MappingProxyType(annotations), spec_map, tuple(containers))
+            containers.append(
+                _Container(
+                    f"spec.{key}[{index}]",
+                    _str(data.get("name")) or "",
+                    data,
+                    _mapping(data.get("securityContext")),
+                )
+            )
+    return _Pod(
+        MappingProxyType(annotations),
+        spec_map,
+        tuple(containers),
+        _mapping(spec_map.get("securityContext")),
+        _str(_get(spec_map, "os", "name")) == "windows",
+        _bool(spec_map.get("hostUsers")) is False,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -724,6 +732,9 @@ _RESTRICTED_VOLUME_SOURCES: Final = (
 )
 
 
+_ALLOWED_SOURCE_SET: Final = frozenset(_ALLOWED_VOLUME_SOURCES)
+
+
 def _restricted_volumes_1_0(pod: _Pod) -> _Fail | None:
     names: list[str] = []
     types: set[str] = set()
@@ -732,7 +743,8 @@ def _restricted_volumes_1_0(pod: _Pod) -> _Fail | None:
         volume = _mapping(item)
         if volume is None:
             continue
-        if any(_mapping(volume.get(source)) is not None for source in _ALLOWED_VOLUME_SOURCES):
+        # Any allowed source admits the volume (tested over the volume's few keys, not the list).
+        if any(key in _ALLOWED_SOURCE_SET and _mapping(value) is not None for key, value in volume.items()):
             continue
         source = next((s for s in _RESTRICTED_VOLUME_SOURCES if _mapping(volume.get(s)) is not None), None)
         if source is None:
@@ -1013,7 +1025,13 @@ def _check_level(level: str) -> None:
         raise ValueError(f"invalid Pod Security level {level!r}: expected one of {', '.join(LEVELS)}")
 
 
-def _active(level: str, version: Version) -> Iterator[tuple[_Check, _Impl]]:
+@cache
+def _active(level: str, version: Version) -> tuple[tuple[_Check, _Impl], ...]:
+    """The checks ``level`` runs at ``version`` with their implementations (computed once)."""
+    return tuple(_select(level, version))
+
+
+def _select(level: str, version: Version) -> Iterator[tuple[_Check, _Impl]]:
     if level == "privileged":
         return
     chosen = [(check, impl) for check in _registry() if (impl := check.impl_for(version)) is not None]
@@ -1043,7 +1061,7 @@ def evaluate_pod(
     from configuration: an unknown level or malformed version is a ``ValueError``.
     """
     _check_level(level)
-    evaluated = effective_version(version)
+    evaluated = _effective_version(version)
     pod = _pod_view(metadata, spec)
     rules = _rule_for_check()
     findings: list[PSSFinding] = []

@@ -7,6 +7,7 @@
 """
 
 from .demand import ContainerResources, PodResources, container_resources, format_quantity, pod_resources
+from .jsontypes import is_mapping
 from .paths import MERGE_KEYS, Key, PathPart, format_path, get_path, keyed_path, parse_path
 from .resolve import (
     ANCESTOR_LABEL,
@@ -14,12 +15,14 @@ from .resolve import (
     EffectiveJob,
     Layer,
     MLPolicy,
+    PreparedRuntime,
     Problem,
     Resolution,
+    prepare_runtime,
     resolve,
     resolve_runtime,
 )
-from .smp import copy_json, strategic_merge
+from .smp import copy_json, merge_shared, strategic_merge
 
 __all__ = [
     "ANCESTOR_LABEL",
@@ -32,6 +35,7 @@ __all__ = [
     "MLPolicy",
     "PathPart",
     "PodResources",
+    "PreparedRuntime",
     "Problem",
     "Resolution",
     "container_resources",
@@ -39,9 +43,12 @@ __all__ = [
     "format_path",
     "format_quantity",
     "get_path",
+    "is_mapping",
     "keyed_path",
+    "merge_shared",
     "parse_path",
     "pod_resources",
+    "prepare_runtime",
     "resolve",
     "resolve_runtime",
     "strategic_merge",

@@ -17,6 +17,7 @@ from typing import Any
 
 from mpigate.config import parse_quantity
 
+from .jsontypes import is_mapping
 from .paths import Key, PathPart
 from .resolve import EffectiveJob
 
@@ -55,7 +56,7 @@ def _quantities(
     invalid: list[tuple[tuple[PathPart, ...], str]] = []
     if raw is None:
         return values, invalid
-    if not isinstance(raw, Mapping):
+    if not is_mapping(raw):
         invalid.append((path, "expected a map of resource quantities"))
         return values, invalid
     for name, value in raw.items():
@@ -75,7 +76,7 @@ def container_resources(list_field: str, index: int, container: Mapping[str, Any
     """Requests/limits of one container (pod paths use ``containers[index]``)."""
     name = str(container.get("name", index))
     resources = container.get("resources")
-    resources = resources if isinstance(resources, Mapping) else {}
+    resources = resources if is_mapping(resources) else {}
     base: tuple[PathPart, ...] = ("spec", list_field, index, "resources")
     limits, bad_limits = _quantities(resources.get("limits"), (*base, "limits"))
     explicit, bad_requests = _quantities(resources.get("requests"), (*base, "requests"))
@@ -88,7 +89,8 @@ def container_resources(list_field: str, index: int, container: Mapping[str, Any
 
 def _add(into: dict[str, Fraction], values: Mapping[str, Fraction]) -> None:
     for name, value in values.items():
-        into[name] = into.get(name, Fraction(0)) + value
+        current = into.get(name)
+        into[name] = value if current is None else current + value
 
 
 def pod_resources(job: EffectiveJob) -> PodResources:
@@ -111,7 +113,7 @@ def _pod_resources(job: EffectiveJob) -> PodResources:
         if not isinstance(items, list):
             continue
         for index, container in enumerate(items):
-            if not isinstance(container, Mapping):
+            if not is_mapping(container):
                 continue
             res = container_resources(list_field, index, container)
             containers.append(res)
@@ -133,23 +135,21 @@ def _pod_resources(job: EffectiveJob) -> PodResources:
     return PodResources(total, tuple(containers))
 
 
+_BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
 def format_quantity(value: Fraction | None, resource: str) -> str | None:
     """A canonical Kubernetes quantity: ``32``, ``500m`` for CPU; ``256Gi`` for memory."""
     if value is None:
         return None
-    if resource == "memory" or resource.startswith("hugepages-") or resource == "ephemeral-storage":
-        for suffix, size in (
-            ("Ei", 2**60),
-            ("Pi", 2**50),
-            ("Ti", 2**40),
-            ("Gi", 2**30),
-            ("Mi", 2**20),
-            ("Ki", 2**10),
-        ):
-            if value >= size and (value / size).denominator == 1:
-                return f"{value // size}{suffix}"
-        if value.denominator == 1:
-            return str(value.numerator)
+    binary = resource == "memory" or resource.startswith("hugepages-") or resource == "ephemeral-storage"
+    # Only a whole number of bytes can be a whole number of KiB..EiB: integer arithmetic.
+    if binary and value.denominator == 1:
+        whole = value.numerator
+        for suffix, size in _BINARY_SUFFIXES:
+            if whole >= size and whole % size == 0:
+                return f"{whole // size}{suffix}"
+        return str(whole)
     if value.denominator == 1:
         return str(value.numerator)
     milli = value * 1000

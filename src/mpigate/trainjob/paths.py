@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .jsontypes import is_mapping
+
 __all__ = [
     "MERGE_KEYS",
     "Key",
@@ -113,7 +115,7 @@ def get_path(doc: Any, parts: Sequence[PathPart]) -> tuple[bool, Any]:
             if not isinstance(node, list | tuple):
                 return False, None
             for item in node:
-                if isinstance(item, Mapping) and str(item.get(part.field)) == part.value:
+                if is_mapping(item) and str(item.get(part.field)) == part.value:
                     node = item
                     break
             else:
@@ -123,7 +125,7 @@ def get_path(doc: Any, parts: Sequence[PathPart]) -> tuple[bool, Any]:
                 return False, None
             node = node[part]
         else:
-            if not isinstance(node, Mapping) or part not in node:
+            if not is_mapping(node) or part not in node:
                 return False, None
             node = node[part]
     return True, node
@@ -139,13 +141,13 @@ def keyed_path(doc: Any, parts: Sequence[str | int]) -> tuple[PathPart, ...]:
         if isinstance(part, int) and isinstance(node, list):
             item = node[part] if 0 <= part < len(node) else None
             key_field = MERGE_KEYS.get(previous) if isinstance(previous, str) else None
-            if key_field and isinstance(item, Mapping) and key_field in item:
+            if key_field and is_mapping(item) and key_field in item:
                 out.append(Key(key_field, str(item[key_field])))
             else:
                 out.append(part)
             node = item
         else:
             out.append(part)
-            node = node.get(part) if isinstance(node, Mapping) and isinstance(part, str) else None
+            node = node.get(part) if is_mapping(node) and isinstance(part, str) else None
         previous = part
     return tuple(out)

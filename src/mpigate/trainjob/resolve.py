@@ -33,8 +33,9 @@ from typing import Any, Literal
 
 from mpigate.config import parse_quantity
 
+from .jsontypes import is_mapping
 from .paths import Key, PathPart, format_path, get_path, keyed_path
-from .smp import copy_json, merge_into
+from .smp import copy_json, merge_shared
 
 __all__ = [
     "ANCESTOR_LABEL",
@@ -42,8 +43,10 @@ __all__ = [
     "EffectiveJob",
     "Layer",
     "MLPolicy",
+    "PreparedRuntime",
     "Problem",
     "Resolution",
+    "prepare_runtime",
     "resolve",
     "resolve_runtime",
 ]
@@ -111,7 +114,7 @@ class Layer:
         node: Any = self.template
         for depth, part in enumerate(keyed):
             if type(part) is str:
-                if not isinstance(node, Mapping) or part not in node:
+                if not is_mapping(node) or part not in node:
                     return depth
                 node = node[part]
                 continue
@@ -154,12 +157,12 @@ class EffectiveJob:
     @property
     def metadata(self) -> Mapping[str, Any]:
         value = self.template.get("metadata")
-        return value if isinstance(value, Mapping) else {}
+        return value if is_mapping(value) else {}
 
     @property
     def spec(self) -> Mapping[str, Any]:
         value = self.template.get("spec")
-        return value if isinstance(value, Mapping) else {}
+        return value if is_mapping(value) else {}
 
     def containers(self) -> list[tuple[str, int, Mapping[str, Any]]]:
         """``(list field, index, container)`` for init, regular and ephemeral containers."""
@@ -167,7 +170,7 @@ class EffectiveJob:
         for list_field in ("initContainers", "containers", "ephemeralContainers"):
             items = self.spec.get(list_field)
             if isinstance(items, list):
-                out.extend((list_field, i, c) for i, c in enumerate(items) if isinstance(c, Mapping))
+                out.extend((list_field, i, c) for i, c in enumerate(items) if is_mapping(c))
         return out
 
     def origin(self, pod_path: Sequence[str | int]) -> str:
@@ -228,7 +231,7 @@ class Resolution:
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if is_mapping(value) else {}
 
 
 def _list(value: Any) -> list[Any]:
@@ -265,7 +268,7 @@ class _Recorder:
 def _type_name(value: Any) -> str:
     if isinstance(value, bool):
         return "boolean"
-    if isinstance(value, Mapping):
+    if is_mapping(value):
         return "object"
     if isinstance(value, list):
         return "list"
@@ -284,7 +287,7 @@ def parse_ml_policy(runtime_spec: Mapping[str, Any], rec: _Recorder) -> MLPolicy
     num_nodes = rec.typed(raw.get("numNodes"), int, ("spec", "mlPolicy", "numNodes"))
     mpi = raw.get("mpi")
     kind = next((k for k in ("mpi", "torch", "jax", "xgboost", "flux", "plainml") if k in raw), None)
-    if isinstance(mpi, Mapping):
+    if is_mapping(mpi):
         base = ("spec", "mlPolicy", "mpi")
         nproc = rec.typed(mpi.get("numProcPerNode"), int, (*base, "numProcPerNode"))
         impl = rec.typed(mpi.get("mpiImplementation"), str, (*base, "mpiImplementation"))
@@ -323,8 +326,8 @@ def _runtime_jobs(runtime: Mapping[str, Any], rec: _Recorder) -> list[tuple[str,
     jobs: list[tuple[str, Mapping[str, Any]]] = []
     for i, raw in enumerate(raw_jobs or []):
         path = ("spec", "template", "spec", "replicatedJobs", i)
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
-            rec.typed(raw, Mapping, path) if not isinstance(raw, Mapping) else rec.add(path, "has no name")
+        if not is_mapping(raw) or not isinstance(raw.get("name"), str):
+            rec.typed(raw, Mapping, path) if not is_mapping(raw) else rec.add(path, "has no name")
             continue
         jobs.append((raw["name"], raw))
     return jobs
@@ -336,9 +339,23 @@ def _labels(job: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _pod_template(job: Mapping[str, Any]) -> dict[str, Any]:
     found, value = get_path(job, _JOB_TO_POD)
-    if not found or not isinstance(value, Mapping):
+    if not found or not is_mapping(value):
         return {}
     return value if type(value) is dict else dict(value)
+
+
+def _private_pod(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the job's pod template that the Trainer plugins may write into: the pod, its spec,
+    the containers list and each container are new; everything below them is shared (the plugins
+    only ever replace those values, never modify them)."""
+    pod = dict(_pod_template(job))
+    spec = pod.get("spec")
+    if type(spec) is dict:
+        spec = pod["spec"] = dict(spec)
+        items = spec.get("containers")
+        if type(items) is list:
+            spec["containers"] = [dict(c) if type(c) is dict else c for c in items]
+    return pod
 
 
 def _set_pod_template(job: dict[str, Any], pod: dict[str, Any]) -> None:
@@ -362,26 +379,39 @@ def _container(pod: dict[str, Any], name: str, list_field: str = "containers") -
 
 
 def _upsert_env(container: dict[str, Any], env: Sequence[Mapping[str, Any]]) -> None:
+    """Set ``env`` (entries with string names) on the container: replace the first entry of the same
+    name, append the others. The entries are shared, not copied (resolutions are read-only)."""
     current = container.get("env")
     items: list[Any] = list(current) if isinstance(current, list) else []
+    first: dict[str, int] = {}
+    for i, existing in enumerate(items):
+        if is_mapping(existing):
+            name = existing.get("name")
+            if isinstance(name, str):
+                first.setdefault(name, i)
     for var in env:
-        for i, existing in enumerate(items):
-            if isinstance(existing, Mapping) and existing.get("name") == var.get("name"):
-                items[i] = copy_json(var)
-                break
+        name = var.get("name")
+        index = first.get(name) if isinstance(name, str) else None
+        if index is not None:
+            items[index] = var
         else:
-            items.append(copy_json(var))
+            if isinstance(name, str):
+                first[name] = len(items)
+            items.append(var)
     container["env"] = items
 
 
 def _upsert_named(
     spec: dict[str, Any], list_field: str, key: str, values: Sequence[Mapping[str, Any]]
 ) -> None:
+    """Append the ``values`` whose (string) ``key`` no entry of the list has yet (shared, not copied)."""
     current = spec.get(list_field)
     items: list[Any] = list(current) if isinstance(current, list) else []
+    present = {v.get(key) for v in items if is_mapping(v) and isinstance(v.get(key), str)}
     for value in values:
-        if not any(isinstance(v, Mapping) and v.get(key) == value[key] for v in items):
-            items.append(copy_json(value))
+        if value[key] not in present:
+            present.add(value[key])
+            items.append(value)
     spec[list_field] = items
 
 
@@ -389,46 +419,109 @@ def _valid_env(raw: Any, path: tuple[PathPart, ...], rec: _Recorder) -> list[Map
     items = rec.typed(raw, list, path) or []
     out: list[Mapping[str, Any]] = []
     for i, var in enumerate(items):
-        if not isinstance(var, Mapping) or not isinstance(var.get("name"), str):
+        if not is_mapping(var) or not isinstance(var.get("name"), str):
             rec.problems.append(Problem((*path, i), "env entries need a string name", True, rec.in_runtime))
             continue
         out.append(var)
     return out
 
 
-def resolve_runtime(runtime: Mapping[str, Any], *, root: str = "") -> Resolution:
+def resolve_runtime(runtime: Mapping[str, Any] | PreparedRuntime, *, root: str = "") -> Resolution:
     """A runtime evaluated on its own (CREATE/UPDATE of a (Cluster)TrainingRuntime): its replicated
     jobs with the MPI plugin's additions; counts from the template (``mlPolicy.numNodes`` for the
     trainer job)."""
     return resolve(None, runtime, root=root)
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedRuntime:
+    """What :func:`resolve` reads from a runtime, computed once: a plain (thawed) copy of its
+    replicated jobs, its ``mlPolicy`` and its own problems.
+
+    Resolutions built from it *share* the runtime's unchanged subtrees (copy-on-write), so
+    everything here is read-only by contract: nothing in mpigate modifies a prepared runtime or
+    an effective pod template. The engine keeps one per config runtime (``Config.memo``), which
+    makes a TrainJob's resolution cost what its own fields touch, not the runtime's size.
+    """
+
+    manifest: Mapping[str, Any]
+    kind: str
+    name: str
+    root: str
+    ml_policy: MLPolicy | None
+    jobs: tuple[tuple[str, dict[str, Any]], ...]
+    problems: tuple[Problem, ...]
+    #: The ``runtime`` layer of each job (its pod template), in job order.
+    layers: tuple[Layer, ...]
+
+    @property
+    def job_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.jobs)
+
+
+def prepare_runtime(runtime: Mapping[str, Any], *, root: str | None = None) -> PreparedRuntime:
+    """A runtime manifest (plain or frozen) prepared for :func:`resolve`; ``root`` prefixes its
+    paths (default ``"runtime NAME: "``)."""
+    thawed = copy_json(runtime) if is_mapping(runtime) else {}
+    rec = _Recorder(in_runtime=True)
+    meta = _mapping(thawed.get("metadata"))
+    name = str(meta.get("name", ""))
+    if root is None:
+        root = f"runtime {name}: "
+    ml = parse_ml_policy(_mapping(thawed.get("spec")), rec)
+    jobs = tuple((job_name, dict(job)) for job_name, job in _runtime_jobs(thawed, rec))
+    layers = tuple(
+        Layer(
+            "runtime",
+            _pod_template(job),
+            ("spec", "template", "spec", "replicatedJobs", Key("name", job_name), *_JOB_TO_POD),
+            root,
+        )
+        for job_name, job in jobs
+    )
+    return PreparedRuntime(
+        manifest=runtime,
+        kind=str(thawed.get("kind", "ClusterTrainingRuntime")),
+        name=name,
+        root=root,
+        ml_policy=ml,
+        jobs=jobs,
+        problems=tuple(
+            Problem(p.field, f"{root}{p.path}: {p.message}", p.malformed, True) for p in rec.problems
+        ),
+        layers=layers,
+    )
+
+
 def resolve(
     trainjob: Mapping[str, Any] | None,
-    runtime: Mapping[str, Any],
+    runtime: Mapping[str, Any] | PreparedRuntime,
     *,
     root: str | None = None,
     exclude_managers: frozenset[str] = frozenset(),
 ) -> Resolution:
-    """Effective pod templates of ``trainjob`` on ``runtime`` (a runtime manifest, plain or frozen).
+    """Effective pod templates of ``trainjob`` on ``runtime`` (a runtime manifest, plain or frozen,
+    or a :class:`PreparedRuntime` — the effective templates then share its unchanged subtrees).
 
     ``exclude_managers`` leaves out runtime patches by those managers (mpigate computes its own
     entry from the job without it). ``root`` prefixes runtime paths (default ``"runtime NAME: "``).
     """
-    # Frozen config manifests hold tuples and read-only mappings. The runtime is only read (its
-    # layers keep the original); each job is copied once, as the private document patches merge
-    # into. The TrainJob is only read; what reaches the pods is copied where it is applied.
-    rec = _Recorder(in_runtime=True)
-    meta = _mapping(runtime.get("metadata"))
-    runtime_name = str(meta.get("name", ""))
-    runtime_kind = str(runtime.get("kind", "ClusterTrainingRuntime"))
-    if root is None:
-        root = f"runtime {runtime_name}: "
-    ml = parse_ml_policy(_mapping(runtime.get("spec")), rec)
-    job_docs = _runtime_jobs(runtime, rec)
-    runtime_problems = [
-        Problem(p.field, f"{root}{p.path}: {p.message}", p.malformed, True) for p in rec.problems
-    ]
+    # Neither document is modified. Patches merge copy-on-write (smp.merge_shared) and the Trainer
+    # plugins write only into a private copy of each pod's spine (pod, spec, containers), so that
+    # the effective templates share every untouched subtree with the prepared runtime and the
+    # values that reach them from the TrainJob are copied where they are applied.
+    if not isinstance(runtime, PreparedRuntime):
+        prepared = prepare_runtime(runtime, root=root)
+    elif root is not None and root != runtime.root:
+        prepared = prepare_runtime(runtime.manifest, root=root)
+    else:
+        prepared = runtime
+    root = prepared.root
+    runtime_name = prepared.name
+    runtime_kind = prepared.kind
+    ml = prepared.ml_policy
+    job_docs = prepared.jobs
+    runtime_problems = prepared.problems
 
     tj_rec = _Recorder()
     tj_spec = _mapping(trainjob.get("spec")) if trainjob is not None else {}
@@ -436,25 +529,16 @@ def resolve(
     initializer = tj_rec.typed(tj_spec.get("initializer"), Mapping, ("spec", "initializer")) or {}
     patches = tj_rec.typed(tj_spec.get("runtimePatches"), list, ("spec", "runtimePatches")) or []
 
-    layers: dict[str, list[Layer]] = {}
-    names = [name for name, _ in job_docs]
-    for name, job in job_docs:
-        prefix: tuple[PathPart, ...] = (
-            "spec",
-            "template",
-            "spec",
-            "replicatedJobs",
-            Key("name", name),
-            *_JOB_TO_POD,
-        )
-        layers[name] = [Layer("runtime", _pod_template(job), prefix, root)]
+    names = prepared.job_names
+    layers: dict[str, list[Layer]] = {
+        name: [layer] for name, layer in zip(names, prepared.layers, strict=True)
+    }
 
-    # 2. runtime patches, in list order.
-    # The runtime layers keep the untouched runtime copy; patches merge into a private copy per job.
-    docs = {name: copy_json(job) for name, job in job_docs}
+    # 2. runtime patches, in list order, each merged copy-on-write over the job's document.
+    docs: dict[str, Mapping[str, Any]] = dict(job_docs)
     for index, entry in enumerate(patches):
         base: tuple[PathPart, ...] = ("spec", "runtimePatches", index)
-        if not isinstance(entry, Mapping):
+        if not is_mapping(entry):
             tj_rec.typed(entry, Mapping, base)
             continue
         manager = entry.get("manager")
@@ -469,7 +553,7 @@ def resolve(
         if not found:
             continue
         for rjob in tj_rec.typed(rjobs, list, (*spec_path, "replicatedJobs")) or []:
-            if not isinstance(rjob, Mapping) or not isinstance(rjob.get("name"), str):
+            if not is_mapping(rjob) or not isinstance(rjob.get("name"), str):
                 tj_rec.add((*spec_path, "replicatedJobs"), "each replicated job patch needs a name")
                 continue
             job_name = rjob["name"]
@@ -484,25 +568,26 @@ def resolve(
             template = rjob.get("template")
             if template is None:
                 continue
-            if not isinstance(template, Mapping):
+            if not is_mapping(template):
                 tj_rec.typed(template, Mapping, (*job_path, "template"))
                 continue
             pod_patch = _pod_template({"template": template})
             current = _pod_template(docs[job_name])
             _check_patch_containers(pod_patch, current, (*job_path, *_JOB_TO_POD), tj_rec)
             template = _without_unknown_containers(template, current)
-            merge_into(docs[job_name], {"template": template})
+            docs[job_name] = merge_shared(docs[job_name], {"template": template})
             layers[job_name].append(Layer("patch", pod_patch, (*job_path, *_JOB_TO_POD), "", manager))
 
     # Pod counts (after patches: a patch may relabel a job's template metadata).
-    trainer_job = next((n for n, d in docs.items() if _labels(d).get(ANCESTOR_LABEL) == TRAINER), None)
+    ancestors = {n: _labels(d).get(ANCESTOR_LABEL) for n, d in docs.items()}
+    trainer_job = next((n for n, ancestor in ancestors.items() if ancestor == TRAINER), None)
     num_nodes_raw = tj_rec.typed(trainer.get("numNodes"), int, ("spec", "trainer", "numNodes"))
     counts: dict[str, tuple[int, int]] = {}
-    for name, job in docs.items():
-        ancestor = _labels(job).get(ANCESTOR_LABEL)
-        parallelism = _int(_mapping(_mapping(job.get("template")).get("spec")).get("parallelism"))
+    for name, doc in docs.items():
+        ancestor = ancestors[name]
+        parallelism = _int(_mapping(_mapping(doc.get("template")).get("spec")).get("parallelism"))
         count = parallelism if parallelism is not None and parallelism >= 0 else 1
-        replicas = _int(job.get("replicas"))
+        replicas = _int(doc.get("replicas"))
         reps = replicas if replicas is not None and replicas >= 0 else 1
         if ancestor in (TRAINER, DATASET_INITIALIZER, MODEL_INITIALIZER):
             reps = 1
@@ -554,9 +639,9 @@ def resolve(
     # 3-5. MPI plugin, initializers, trainer.
     jobs: list[EffectiveJob] = []
     initializer_seen = {DATASET_INITIALIZER: False, MODEL_INITIALIZER: False}
-    for index, (name, job) in enumerate(docs.items()):
-        pod = _pod_template(job)  # the job document is private: no copy needed
-        ancestor = _labels(job).get(ANCESTOR_LABEL)
+    for index, (name, doc) in enumerate(docs.items()):
+        pod = _private_pod(doc)
+        ancestor = ancestors[name]
         job_layers = layers[name]
         if ml is not None and ml.mpi and name in (NODE, LAUNCHER):
             mpi_layer = _apply_mpi(pod, name, ml, slots or 1, job_layers[0].root)
@@ -620,9 +705,9 @@ def _check_patch_containers(
     spec = _mapping(pod_patch.get("spec"))
     runtime_spec = _mapping(runtime_pod.get("spec"))
     for list_field in ("initContainers", "containers"):
-        existing = {c.get("name") for c in _list(runtime_spec.get(list_field)) if isinstance(c, Mapping)}
+        existing = {c.get("name") for c in _list(runtime_spec.get(list_field)) if is_mapping(c)}
         for item in _list(spec.get(list_field)):
-            if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            if not is_mapping(item) or not isinstance(item.get("name"), str):
                 continue
             path = (*base, "spec", list_field, Key("name", item["name"]))
             if item["name"] not in existing:
@@ -641,9 +726,9 @@ def _without_unknown_containers(
     template: Mapping[str, Any], runtime_pod: Mapping[str, Any]
 ) -> Mapping[str, Any]:
     """The patch without containers the job lacks: Trainer rejects those patches, so they never apply
-    (merging them would invent image-less containers)."""
+    (merging them would invent image-less containers). Only the path to the pod spec is new."""
     found, pod_spec = get_path(template, ("spec", "template", "spec"))
-    if not found or not isinstance(pod_spec, Mapping):
+    if not found or not is_mapping(pod_spec):
         return template
     runtime_spec = _mapping(runtime_pod.get("spec"))
     cleaned = dict(pod_spec)
@@ -651,10 +736,15 @@ def _without_unknown_containers(
         items = pod_spec.get(list_field)
         if not isinstance(items, list):
             continue
-        existing = {c.get("name") for c in _list(runtime_spec.get(list_field)) if isinstance(c, Mapping)}
-        cleaned[list_field] = [c for c in items if isinstance(c, Mapping) and c.get("name") in existing]
-    out: dict[str, Any] = copy_json(template)
-    out["spec"]["template"]["spec"] = cleaned
+        existing = {c.get("name") for c in _list(runtime_spec.get(list_field)) if is_mapping(c)}
+        cleaned[list_field] = [c for c in items if is_mapping(c) and c.get("name") in existing]
+    # get_path found mappings all the way down: rebuild that path around the cleaned spec.
+    job_spec = dict(template["spec"])
+    pod = dict(job_spec["template"])
+    pod["spec"] = cleaned
+    job_spec["template"] = pod
+    out = dict(template)
+    out["spec"] = job_spec
     return out
 
 
@@ -714,7 +804,7 @@ def _apply_initializer(
     pod: dict[str, Any], container_name: str, key: str, source: Any, rec: _Recorder
 ) -> Layer | None:
     base = ("spec", "initializer", key)
-    if not isinstance(source, Mapping):
+    if not is_mapping(source):
         rec.typed(source, Mapping, base)
         return None
     container = _container(pod, container_name)
@@ -762,13 +852,11 @@ def _apply_trainer(
         for list_field in ("command", "args"):
             value = rec.typed(trainer.get(list_field), list, (*base, list_field))
             if value is not None:
-                container[list_field] = contributed[list_field] = copy_json(value)
+                container[list_field] = contributed[list_field] = value
     if resources_per_node is not None and (
         resources_per_node.get("limits") is not None or resources_per_node.get("requests") is not None
     ):
-        resources = {
-            k: copy_json(resources_per_node[k]) for k in ("limits", "requests") if k in resources_per_node
-        }
+        resources = {k: resources_per_node[k] for k in ("limits", "requests") if k in resources_per_node}
         container["resources"] = contributed["resources"] = resources
     env = (
         _valid_env(trainer.get("env"), (*base, "env"), rec)
@@ -777,14 +865,17 @@ def _apply_trainer(
     )
     if env:
         _upsert_env(container, env)
-        contributed["env"] = [dict(e) for e in env]
-    pod_container = ("spec", "containers", Key("name", NODE))
-    aliases: tuple[tuple[tuple[PathPart, ...], tuple[PathPart, ...]], ...] = (
-        ((*pod_container, "image"), (*base, "image")),
-        ((*pod_container, "command"), (*base, "command")),
-        ((*pod_container, "args"), (*base, "args")),
-        ((*pod_container, "env"), (*base, "env")),
-        ((*pod_container, "resources"), (*base, "resourcesPerNode")),
-        ((*pod_container,), base),
-    )
-    return Layer("trainer", {"spec": {"containers": [contributed]}}, (), "", aliases=aliases)
+        contributed["env"] = list(env)
+    return Layer("trainer", {"spec": {"containers": [contributed]}}, (), "", aliases=_TRAINER_ALIASES)
+
+
+_Aliases = tuple[tuple[tuple[PathPart, ...], tuple[PathPart, ...]], ...]
+_TRAINER_POD_CONTAINER: tuple[PathPart, ...] = ("spec", "containers", Key("name", NODE))
+_TRAINER_ALIASES: _Aliases = (
+    ((*_TRAINER_POD_CONTAINER, "image"), ("spec", "trainer", "image")),
+    ((*_TRAINER_POD_CONTAINER, "command"), ("spec", "trainer", "command")),
+    ((*_TRAINER_POD_CONTAINER, "args"), ("spec", "trainer", "args")),
+    ((*_TRAINER_POD_CONTAINER, "env"), ("spec", "trainer", "env")),
+    ((*_TRAINER_POD_CONTAINER, "resources"), ("spec", "trainer", "resourcesPerNode")),
+    ((*_TRAINER_POD_CONTAINER,), ("spec", "trainer")),
+)

@@ -3,7 +3,7 @@ effective pod: trainer, runtime, initializers, init and ephemeral containers."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from mpigate.config.model import ImagePolicy
 from mpigate.policy import images
@@ -14,27 +14,45 @@ __all__ = ["check_image_ref", "check_images"]
 
 
 def check_images(
-    policy: ImagePolicy, jobs: tuple[EffectiveJob, ...], *, require_digest: bool, digest_reason: str
+    policy: ImagePolicy,
+    jobs: tuple[EffectiveJob, ...],
+    *,
+    require_digest: bool,
+    digest_reason: str,
+    known: Mapping[str, images.ImageRef | images.ImageRefError] | None = None,
 ) -> Iterator[Finding]:
+    """Both image rules on every container of every job, once per image field (a field that several
+    pods share is reported once). ``known`` holds images parsed in advance (the config's runtimes)."""
     seen: set[str] = set()
-    parsed: dict[str, images.ImageRef | images.ImageRefError] = {}
+    parsed: dict[str, images.ImageRef | images.ImageRefError] = dict(known) if known else {}
+    # Whether an image has findings does not depend on its path, and the path is an origin lookup
+    # (the costly part): it is computed only for images with findings. ``unnamed`` holds the
+    # containers before them whose paths are not known yet — a container is skipped when an
+    # earlier one has the same path.
+    unnamed: list[tuple[EffectiveJob, str, int]] = []
     for job in jobs:
         for list_field, index, container in job.containers():
             image = container.get("image")
+            if (image is None and list_field != "ephemeralContainers") or not any(
+                check_image_ref(
+                    policy, image, "", require_digest=require_digest, digest_reason="", parsed=parsed
+                )
+            ):
+                unnamed.append((job, list_field, index))
+                continue
+            seen.update(j.origin(("spec", f, i, "image")) for j, f, i in unnamed)
+            unnamed.clear()
             path = job.origin(("spec", list_field, index, "image"))
             if path in seen:
                 continue
             seen.add(path)
-            if image is None and list_field != "ephemeralContainers":
-                continue
-            patchable = path.startswith("spec.trainer")
             yield from check_image_ref(
                 policy,
                 image,
                 path,
                 require_digest=require_digest,
                 digest_reason=digest_reason,
-                patchable=patchable,
+                patchable=path.startswith("spec.trainer"),
                 parsed=parsed,
             )
 

@@ -16,6 +16,7 @@ from mpigate.policy.context import (
     labels_of,
 )
 from mpigate.policy.findings import Finding
+from mpigate.trainjob.jsontypes import is_mapping
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 __all__ = ["check_lifecycle", "check_update_guard", "own_patch_entry"]
@@ -63,7 +64,7 @@ def check_lifecycle(ctx: JobContext) -> Iterator[Finding]:
 
     raw_labels = as_mapping(ctx.obj.get("metadata")).get("labels")
     if raw_labels is not None and (
-        not isinstance(raw_labels, Mapping) or any(not isinstance(v, str) for v in raw_labels.values())
+        not is_mapping(raw_labels) or any(not isinstance(v, str) for v in raw_labels.values())
     ):
         yield Finding(
             "MPG-LIFE-002",
@@ -126,7 +127,7 @@ def _classifications(ctx: JobContext) -> list[str]:
 def own_patch_entry(obj: Mapping[str, Any]) -> tuple[int, Mapping[str, Any]] | None:
     """mpigate's ``runtimePatches`` entry (index, entry), if present."""
     for index, entry in enumerate(as_list(as_mapping(obj.get("spec")).get("runtimePatches"))):
-        if isinstance(entry, Mapping) and entry.get("manager") == MPIGATE_MANAGER:
+        if is_mapping(entry) and entry.get("manager") == MPIGATE_MANAGER:
             return index, entry
     return None
 

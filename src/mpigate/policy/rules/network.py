@@ -3,10 +3,12 @@ ports of the ``pinned-ports`` profile)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from mpigate.policy.context import TEAM_LABEL, JobContext, as_list, as_mapping, as_str
 from mpigate.policy.findings import Finding
+from mpigate.trainjob import EffectiveJob
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 __all__ = ["check_network"]
@@ -70,32 +72,52 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
                 f"{name} missing (pinned-ports profile)",
             )
     if resolution is None:
-        items = [
+        for path, name, value, var in (
             (f"spec.trainer.env[name={n}]", n, as_mapping(v).get("value"), v)
             for n, v in trainer_env.items()
             if n
-        ]
-    else:
-        items = []
-        for job in resolution.jobs:
-            for list_field, index, container in job.containers():
-                for e_index, raw in enumerate(as_list(container.get("env"))):
-                    var = as_mapping(raw)
-                    env_name = as_str(var.get("name"))
-                    if env_name is not None and env_name in expected:
-                        path = job.origin(("spec", list_field, index, "env", e_index))
-                        items.append((path, env_name, var.get("value"), var))
-    for path, name, value, var in items:
-        if name not in expected or path in seen:
-            continue
-        seen.add(path)
-        if value != expected[name] or "valueFrom" in as_mapping(var):
-            yield Finding(
-                "MPG-NET-002",
-                path,
-                f"overrides {name} (pinned to {expected[name]} by the pinned-ports profile for "
-                f"{why}); OpenMPI "
-                "would listen on ports the NetworkPolicy blocks.",
-                f"Remove {name} from the env; mpigate sets it.",
-                f"{name} overrides the pinned OpenMPI ports",
-            )
+        ):
+            if name not in expected or path in seen:
+                continue
+            seen.add(path)
+            if _overrides(expected[name], value, var):
+                yield _override(path, name, expected[name], why)
+        return
+    # An entry is judged once per path (entries that several pods share); whether it is wrong does
+    # not depend on its path, so the paths (origin lookups, the costly part) are computed only for
+    # wrong entries — together with those of the entries before them (``unnamed``).
+    unnamed: list[tuple[EffectiveJob, tuple[str, str, int, str, int]]] = []
+    for job in resolution.jobs:
+        for list_field, index, container in job.containers():
+            for e_index, raw in enumerate(as_list(container.get("env"))):
+                var = as_mapping(raw)
+                env_name = as_str(var.get("name"))
+                if env_name is None or env_name not in expected:
+                    continue
+                pod_path = ("spec", list_field, index, "env", e_index)
+                if not _overrides(expected[env_name], var.get("value"), var):
+                    unnamed.append((job, pod_path))
+                    continue
+                seen.update(j.origin(p) for j, p in unnamed)
+                unnamed.clear()
+                path = job.origin(pod_path)
+                if path in seen:
+                    continue
+                seen.add(path)
+                yield _override(path, env_name, expected[env_name], why)
+
+
+def _overrides(expected: str, value: Any, var: Mapping[str, Any]) -> bool:
+    return value != expected or "valueFrom" in var
+
+
+def _override(path: str, name: str, expected: str, why: str) -> Finding:
+    return Finding(
+        "MPG-NET-002",
+        path,
+        f"overrides {name} (pinned to {expected} by the pinned-ports profile for "
+        f"{why}); OpenMPI "
+        "would listen on ports the NetworkPolicy blocks.",
+        f"Remove {name} from the env; mpigate sets it.",
+        f"{name} overrides the pinned OpenMPI ports",
+    )

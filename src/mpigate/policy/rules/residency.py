@@ -7,8 +7,11 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from mpigate.config import Config
+from mpigate.config.model import Region
 from mpigate.policy.context import JobContext, as_list, as_mapping, as_str
 from mpigate.policy.findings import Finding
+from mpigate.policy.prepared import memoized
 from mpigate.trainjob import EffectiveJob, Layer
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
@@ -54,13 +57,18 @@ def redact_uri(uri: str) -> str:
 
 
 def _schemes(ctx: JobContext) -> frozenset[str]:
-    extra = {
-        m.group(1).lower()
-        for r in ctx.config.org.regions.values()
-        for loc in r.data_locations
-        if (m := _URI.match(loc))
-    }
-    return STORAGE_SCHEMES | extra
+    config = ctx.config
+
+    def build() -> frozenset[str]:
+        extra = {
+            m.group(1).lower()
+            for r in config.org.regions.values()
+            for loc in r.data_locations
+            if (m := _URI.match(loc))
+        }
+        return STORAGE_SCHEMES | extra
+
+    return memoized(config, ("policy.residency.schemes",), build)
 
 
 def check_residency(ctx: JobContext) -> Iterator[Finding]:
@@ -138,10 +146,20 @@ def _affinity_pins(spec: Mapping[str, Any], key: str, value: str) -> bool:
 
 def _foreign_labels(ctx: JobContext) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
     """Label pairs that identify nodes of other regions (region labels and other-region flavors),
-    and the region label keys with this region's value."""
+    and the region label keys with this region's value (once per config and region)."""
     region = ctx.region
     assert region is not None
     config = ctx.config
+    return memoized(
+        config,
+        ("policy.residency.foreign_labels", region.name),
+        lambda: _build_foreign_labels(config, region),
+    )
+
+
+def _build_foreign_labels(
+    config: Config, region: Region
+) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
     own_pairs = set(region.node_labels.items())
     for flavor in config.flavors.values():
         if flavor.region == region.name:
@@ -219,16 +237,11 @@ def _foreign_in_layer(
                         yield finding(path, f"node affinity {key} In {value}", "another region")
             elif operator == "NotIn" and key in own_keys and own_keys[key] in values:
                 yield finding(path, f"node affinity {key} NotIn {own_keys[key]}", "another region")
-    own_tolerations = [
-        dict(t) for f in ctx.config.flavors.values() if f.region == region.name for t in f.tolerations
-    ]
-    foreign_tolerations = {
-        (str(dict(t).get("key")), str(dict(t).get("value", ""))): f"flavor {f.name} in region {f.region}"
-        for f in ctx.config.flavors.values()
-        if f.region != region.name
-        for t in f.tolerations
-        if dict(t) not in own_tolerations
-    }
+    own_tolerations, foreign_tolerations = memoized(
+        ctx.config,
+        ("policy.residency.tolerations", region.name),
+        lambda: _tolerations(ctx.config, region),
+    )
     for t_index, toleration in enumerate(as_list(spec.get("tolerations"))):
         toleration = as_mapping(toleration)
         key = str(toleration.get("key", ""))
@@ -238,6 +251,21 @@ def _foreign_in_layer(
             yield finding(path, f"toleration {key}={value}", foreign_tolerations[(key, value)])
         elif key in own_keys and value and value != own_keys[key]:
             yield finding(path, f"toleration {key}={value}", "another region")
+
+
+def _tolerations(config: Config, region: Region) -> tuple[list[dict[str, Any]], dict[tuple[str, str], str]]:
+    """The region's flavors' tolerations, and those of other regions' flavors (by key and value)."""
+    own_tolerations = [
+        dict(t) for f in config.flavors.values() if f.region == region.name for t in f.tolerations
+    ]
+    foreign_tolerations = {
+        (str(dict(t).get("key")), str(dict(t).get("value", ""))): f"flavor {f.name} in region {f.region}"
+        for f in config.flavors.values()
+        if f.region != region.name
+        for t in f.tolerations
+        if dict(t) not in own_tolerations
+    }
+    return own_tolerations, foreign_tolerations
 
 
 def _uris(ctx: JobContext) -> Iterator[Finding]:

@@ -146,6 +146,9 @@ _SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a JSON Web Token", re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}")),
     ("credentials in a URI", re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")),
 )
+# Any of the shapes (which one is then found in the list's order).
+_ANY_SHAPE = re.compile("|".join(f"(?:{pattern.pattern})" for _, pattern in _SHAPES))
+_NON_WORD = re.compile(r"[^A-Z0-9]+")
 _HIGH_ENTROPY = re.compile(r"^[A-Za-z0-9+/=_-]{32,}$")
 _REFERENCE = re.compile(r"^\$\([A-Za-z_][A-Za-z0-9_]*\)$")
 _HARMLESS = frozenset({"true", "false", "yes", "no", "on", "off", "none", "null", "", "0", "1"})
@@ -163,15 +166,16 @@ def credential_reason(name: str, value: str) -> str | None:
     stripped = value.strip()
     if stripped.lower() in _HARMLESS or _REFERENCE.match(stripped):
         return None
-    for kind, pattern in _SHAPES:
-        if pattern.search(stripped):
-            return f"the value has the shape of {kind}"
-    words = [w for w in re.split(r"[^A-Z0-9]+", name.upper()) if w]
-    if len(stripped) >= 6 and (
-        any(w in _SECRET_WORDS for w in words)
-        or any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words))
-    ):
-        return f"the name {name} says it is a credential"
+    if _ANY_SHAPE.search(stripped):  # one search for the common case: no shape at all
+        for kind, pattern in _SHAPES:
+            if pattern.search(stripped):
+                return f"the value has the shape of {kind}"
+    if len(stripped) >= 6:
+        words = [w for w in _NON_WORD.split(name.upper()) if w]
+        if any(w in _SECRET_WORDS for w in words) or any(
+            pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
+        ):
+            return f"the name {name} says it is a credential"
     if _HIGH_ENTROPY.match(stripped) and not stripped.isdigit() and _entropy(stripped) >= 4.2:
         return "the value is a long random-looking string"
     return None
