@@ -20,15 +20,18 @@ pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("openmpi")]
 
 # Long enough for ~25 samples at 20 ms while every connection is open; short enough for CI.
 SETTINGS = PreflightSettings(sizes=(8, 65536, 1 << 20), iterations=5, hold=0.5)
+
+
 # What docs/CONFIG.md first proposed: IPv4 pinned, IPv6 "disabled" (oob_tcp_disable_family does
 # not even exist). Kept to show why the IPv6 ports must be pinned as well.
-FIRST_PROPOSAL = (
-    ("OMPI_MCA_btl_tcp_port_min_v4", "40000"),
-    ("OMPI_MCA_btl_tcp_port_range_v4", "100"),
-    ("OMPI_MCA_oob_tcp_static_ipv4_ports", "40200-40210"),
-    ("OMPI_MCA_btl_tcp_disable_family", "6"),
-    ("OMPI_MCA_oob_tcp_disable_family", "IPv6"),
-)
+def first_proposal(profile: NetworkProfile) -> tuple[tuple[str, str], ...]:
+    return (
+        ("OMPI_MCA_btl_tcp_port_min_v4", str(profile.btl_port_min)),
+        ("OMPI_MCA_btl_tcp_port_range_v4", str(profile.btl_port_range)),
+        ("OMPI_MCA_oob_tcp_static_ipv4_ports", f"{profile.oob_port_min}-{profile.oob_port_max}"),
+        ("OMPI_MCA_btl_tcp_disable_family", "6"),
+        ("OMPI_MCA_oob_tcp_disable_family", "IPv6"),
+    )
 
 
 def _describe(run: LocalRun) -> str:
@@ -116,13 +119,14 @@ def _assert_preflight_passed_except_ports(run: LocalRun) -> None:
 
 @pytest.mark.slow
 def test_ipv4_only_pinning_leaves_ipv6_listeners_open(pinned: NetworkProfile) -> None:
-    run = run_local(4, None, judge=pinned, settings=SETTINGS, timeout=60, extra_env=FIRST_PROPOSAL)
+    run = run_local(4, None, judge=pinned, settings=SETTINGS, timeout=60, extra_env=first_proposal(pinned))
 
     # Each rank's own ports check already sees its IPv6 listener outside the range and fails.
     assert run.returncode == 1, _describe(run)
     assert run.report is not None
     assert [(rank, c.name) for rank, c in run.report.failures] == [(r, "ports") for r in range(4)]
-    assert all("listening outside BTL 40000-40099" in c.detail for _, c in run.report.failures)
+    btl = f"{pinned.btl_port_min}-{pinned.btl_port_min + pinned.btl_port_range - 1}"
+    assert all(f"listening outside BTL {btl}" in c.detail for _, c in run.report.failures)
     conf = run.confinement
     assert conf is not None
     outside = conf.violations
@@ -158,7 +162,10 @@ def test_pinned_env_across_virtual_pods(pinned: NetworkProfile) -> None:
     # Any other daemon traffic (a daemon may also wire up to its peer) is OOB too.
     assert {v.range for v in oob} == {"oob"}, _describe(run)
     orted_listeners = [v.socket for v in conf.select("listener", "network") if v.socket.process == "orted"]
-    assert sorted((s.family, s.local_port) for s in orted_listeners) == [("ipv4", pinned.oob_port_min)] * 2
+    # Both daemons listen on the first OOB port, IPv4 only. (A sample can also catch a daemon's
+    # short-lived fork child holding the same socket: at least one listener per daemon.)
+    assert {(s.family, s.local_port) for s in orted_listeners} == {("ipv4", pinned.oob_port_min)}
+    assert len({s.pid for s in orted_listeners}) >= 2
     # Ranks in different pods talked across the bridge, to BTL ports.
     cross = [
         v

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -203,6 +204,10 @@ def run_local(
     # session ("orte_session_dir failed").
     session = tempfile.TemporaryDirectory(prefix="mpigate-ompi-")
     env["OMPI_MCA_orte_tmpdir_base"] = session.name
+    # ORTE's top session directory (ompi.<node>.<uid>); made here, because mpirun and the daemons
+    # it starts at the same moment race to create it.
+    node = socket.gethostname().split(".")[0]
+    os.mkdir(os.path.join(session.name, f"ompi.{node}.{os.getuid()}"), 0o700)
     with session, _maybe_pods(pods, np) as virtual:
         extra = virtual.mpirun_args() if virtual else []
         argv = mpirun_command(np, preflight_program(settings, python), extra=extra)
