@@ -252,18 +252,27 @@ def lifecycle_record(
     reason: str | None = None,
     revision: str | None = None,
     source: str = "controller",
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A ``lifecycle`` entry: a job ``started``, ``finished``, ``failed``, ``suspended``,
-    ``deleted`` ... with its GPU count and consumed GPU-seconds (chargeback)."""
+    ``deleted`` ... with its GPU count and consumed GPU-seconds (chargeback).
+
+    ``gpu_seconds`` is the job's consumption *so far* (cumulative per job ``uid``), so that a
+    report counts each job once however many records carry it (``finished`` then ``deleted``).
+    ``labels`` are the job's labels a report groups by — pass the few that matter, such as
+    ``mpigate.io/cost-center`` (chargeback by cost center); they land in ``object.labels``."""
+    obj: dict[str, Any] = {
+        "apiVersion": _DEFAULT_API_VERSION.get(kind, ""),
+        "kind": kind,
+        "namespace": namespace,
+        "name": name,
+    }
+    if labels:
+        obj["labels"] = {str(k): str(v) for k, v in labels.items()}
     entry: dict[str, Any] = {
         "source": source,
         "stage": "lifecycle",
-        "object": {
-            "apiVersion": _DEFAULT_API_VERSION.get(kind, ""),
-            "kind": kind,
-            "namespace": namespace,
-            "name": name,
-        },
+        "object": obj,
         "team": team,
         "lifecycle": {
             "event": event,

@@ -1,0 +1,1081 @@
+"""Streaming aggregation of audit records and API-server events into a compliance report.
+
+:class:`ReportBuilder` takes records one at a time (``add_entry`` for mpigate audit records,
+``add_api_event`` for Kubernetes audit events) and keeps only counters and bounded samples:
+its memory depends on the number of teams, rules, days, regions and actors, never on the number
+of records. ``finish`` turns the state into the report document (see ``schema/report.schema.json``
+and docs/compliance.md).
+
+The hot path is ``add_entry``: a report over a million records calls it a million times, so it
+uses local variables and plain dicts, and builds nothing per record that it does not keep.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from mpigate.audit.reader import AuditEntry, ChainReport
+from mpigate.catalogue import all_rules
+
+from ._bounded import OTHERS, KeyedSamples, LimitedCounter
+from .controls import FRAMEWORK_FILES, RECORD_KINDS, Control, all_frameworks
+from .k8saudit import ApiEvent, K8sAuditStats, actor_kind, exempt_from_webhook
+
+__all__ = [
+    "COST_CENTER_LABEL",
+    "EFFECTS",
+    "OUTCOMES",
+    "REPORT_API_VERSION",
+    "STATUS_RULES",
+    "ReportBuilder",
+    "ReportOptions",
+]
+
+REPORT_API_VERSION = "mpigate.io/v1alpha1"
+OUTCOMES = ("allowed", "allowed-with-warnings", "denied")
+# What a violation did: denied (enforce, not waived), warned, audited (recorded only), waived
+# (an exception applied).
+EFFECTS = ("denied", "warned", "audited", "waived")
+COST_CENTER_LABEL = "mpigate.io/cost-center"
+NO_TEAM = "(no team)"
+NO_COST_CENTER = "(none recorded)"
+
+# The status of a control, written down once: the report prints these texts next to the table.
+STATUS_RULES: Mapping[str, str] = MappingProxyType(
+    {
+        "no evidence": "No record of any kind the control names (its records list) is in the period, "
+        "so nothing can be said about it from mpigate's evidence.",
+        "attention": "Evidence exists, and at least one of: an audit chain failed verification; a "
+        "violation of one of the control's (non-advisory) rules was admitted without enforcement "
+        "(warn or audit mode); an exception waived one of its rules after the exception had expired; "
+        "(controls evidenced by placement) a pod ran outside its team's region; (controls evidenced by "
+        "API-server activity) a TrainJob or runtime write was admitted without an mpigate decision "
+        "by an identity the webhooks do not exempt; (controls evidenced by checkpoints) a chain's "
+        "signatures were not verified with a key.",
+        "met": "Evidence exists and none of the attention conditions holds. This says the control "
+        "operated as recorded in the period; it is not an audit opinion.",
+    }
+)
+
+_PLACEMENT_KINDS = frozenset({"placement", "residency"})
+
+
+@dataclass(frozen=True, slots=True)
+class ReportOptions:
+    """What to report on.
+
+    ``since``/``until`` are RFC 3339 UTC times as records write them (``until`` exclusive);
+    ``namespace_teams`` and ``team_regions`` come from the config when one is given (otherwise
+    the report learns them from the records); ``max_*`` bound the samples kept."""
+
+    since: str | None = None
+    until: str | None = None
+    team: str | None = None
+    frameworks: tuple[str, ...] = tuple(FRAMEWORK_FILES)
+    namespace_teams: Mapping[str, str] = field(default_factory=dict)
+    team_regions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    config_revision: str | None = None
+    max_examples: int = 5
+    max_events: int = 200
+    max_keys: int = 10_000
+    max_open_jobs: int = 200_000
+    generated: str | None = None
+
+
+@dataclass(slots=True)
+class _ExceptionUse:
+    approver: str = ""
+    ticket: str = ""
+    expires: str = ""
+    justification: str = ""
+    rules: tuple[str, ...] = ()
+    uses: int = 0
+    after_expiry: int = 0
+    first: str = ""
+    last: str = ""
+    teams: set[str] = field(default_factory=set)
+    waived: dict[str, int] = field(default_factory=dict)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ("" if value is None else str(value))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+class ReportBuilder:
+    """Feed records with :meth:`add_entry` / :meth:`add_api_event` (in time order within each
+    source), then call :meth:`finish` once."""
+
+    def __init__(self, options: ReportOptions | None = None) -> None:
+        self.options = opts = options or ReportOptions()
+        rules = all_rules()
+        self._advisory = frozenset(r.id for r in rules.values() if r.advisory)
+        self._security = frozenset(r.id for r in rules.values() if r.family == "security")
+        k = opts.max_keys
+        # totals
+        self.records_read = 0
+        self.records_in_period = 0
+        self.records_not_intact = 0
+        self.by_stage: dict[str, int] = {}
+        self.by_chain: dict[str, int] = {}
+        self.first_time: str | None = None
+        self.last_time: str | None = None
+        self.teams: set[str] = set()
+        # decisions
+        self.cube: dict[tuple[str, str, str, str], int] = {}  # (day, team, outcome, rule or "")
+        self.decision_counts: dict[tuple[str, str, str], int] = {}  # (day, team, outcome)
+        self.validate_by_kind: dict[str, int] = {}
+        self.dry_run = 0
+        self.effects: dict[tuple[str, str], int] = {}  # (rule, effect) -> violations
+        self.team_effects: dict[tuple[str, str, str], int] = {}  # (team, rule, effect), security only
+        self.denial_examples: KeyedSamples[str, tuple[Any, ...]] = KeyedSamples(opts.max_examples)
+        self.security_examples: deque[tuple[Any, ...]] = deque(maxlen=opts.max_events)
+        self.expired_waivers: dict[str, int] = {}  # rule -> waivers by an expired exception
+        self.exceptions: dict[str, _ExceptionUse] = {}
+        self.mutations = 0
+        self.mutations_patched = 0
+        # activity: (source, actor, actor kind, via, verb, kind, result) -> count
+        self.actors: LimitedCounter[tuple[str, ...]] = LimitedCounter(k, ("", OTHERS, "", "", "", "", ""))
+        self.events: deque[tuple[Any, ...]] = deque(maxlen=opts.max_events)  # mpigate, time order
+        self.k8s_events: deque[tuple[Any, ...]] = deque(maxlen=opts.max_events)  # API server, file order
+        self.objects: LimitedCounter[tuple[str, str, str]] = LimitedCounter(k, ("", "", OTHERS))
+        # API server
+        self.k8s_in_period = 0
+        self.k8s_writes = 0
+        self.k8s_write_results: dict[tuple[str, str], int] = {}  # (verb, result) -> count
+        self.unjudged = 0
+        self.unjudged_examples: deque[tuple[Any, ...]] = deque(maxlen=opts.max_examples * 4)
+        self.rbac: LimitedCounter[tuple[str, str, str, str]] = LimitedCounter(k, (OTHERS, "", "", ""))
+        self.rbac_total = 0
+        self.rbac_examples: deque[tuple[Any, ...]] = deque(maxlen=opts.max_examples * 4)
+        self.ns_teams: dict[str, str] = dict(opts.namespace_teams)
+        # lifecycle and chargeback
+        self.lifecycle_events: dict[str, int] = {}
+        self.gpu: dict[tuple[str, str], list[float]] = {}  # (team, cost center) -> [seconds, jobs]
+        self.gpu_by_day: dict[str, float] = {}
+        self._consumed: dict[Any, float] = {}  # job -> GPU-seconds counted so far (open jobs only)
+        self.jobs_evicted = 0
+        self.lifecycle_without_seconds = 0
+        # residency
+        self.placements: dict[tuple[str, str], list[int]] = {}  # (region, team) -> [placed, outside]
+        self.outside_examples: deque[tuple[Any, ...]] = deque(maxlen=opts.max_events)
+        self.unverified_placements = 0
+        self.evidence_kinds: dict[str, int] = {}
+        self.learned_regions: dict[str, set[str]] = {}
+        # integrity evidence
+        self.checkpoints = 0
+
+    # ------------------------------------------------------------------ mpigate records
+
+    def add_entry(self, entry: AuditEntry) -> None:
+        """One audit record (any stage). Records outside the period only prime the GPU-seconds
+        accounting of jobs that were already running when the period began."""
+        self.records_read += 1
+        time = entry.time
+        record = entry.record
+        stage = entry.stage
+        opts = self.options
+        if (opts.since is not None and time < opts.since) or (opts.until is not None and time >= opts.until):
+            if stage == "lifecycle" and (opts.since is None or time < opts.since):
+                self._lifecycle(record, time, count=False)
+            return
+        if stage == "checkpoint":
+            self.checkpoints += 1
+        team = record.get("team")
+        if opts.team is not None and team != opts.team and stage != "checkpoint":
+            return
+        self.records_in_period += 1
+        if not entry.intact:
+            self.records_not_intact += 1
+        self.by_stage[stage] = self.by_stage.get(stage, 0) + 1
+        self.by_chain[entry.chain] = self.by_chain.get(entry.chain, 0) + 1
+        if self.first_time is None:
+            self.first_time = time
+        self.last_time = time
+        if type(team) is str:
+            self.teams.add(team)
+        if stage == "validate":
+            self._validate(record, time, team)
+        elif stage == "mutate":
+            self.mutations += 1
+            if record.get("patch"):
+                self.mutations_patched += 1
+        elif stage == "lifecycle":
+            self._lifecycle(record, time, count=True)
+        elif stage == "evidence":
+            self._evidence(record, time, team)
+
+    def _validate(self, record: Mapping[str, Any], time: str, team: Any) -> None:
+        day = time[:10]
+        team_name = team if type(team) is str and team else NO_TEAM
+        outcome = _text(record.get("decision"))
+        request = record.get("request") or {}
+        obj = record.get("object") or {}
+        kind = _text(obj.get("kind"))
+        namespace = _text(obj.get("namespace"))
+        name = _text(obj.get("name"))
+        self.validate_by_kind[kind] = self.validate_by_kind.get(kind, 0) + 1
+        if request.get("dryRun") is True:
+            self.dry_run += 1
+        if (
+            namespace
+            and team_name != NO_TEAM
+            and namespace not in self.ns_teams
+            and len(self.ns_teams) < self.options.max_keys
+        ):
+            self.ns_teams[namespace] = team_name
+        dkey = (day, team_name, outcome)
+        self.decision_counts[dkey] = self.decision_counts.get(dkey, 0) + 1
+        cube = self.cube
+        violations = record.get("violations")
+        if violations:
+            seen: set[str] = set()
+            for violation in violations:
+                if not isinstance(violation, Mapping):
+                    continue
+                rule = _text(violation.get("id"))
+                if rule in seen:
+                    effect = self._effect(violation, rule)
+                    self.effects[(rule, effect)] = self.effects.get((rule, effect), 0) + 1
+                    continue
+                seen.add(rule)
+                key = (day, team_name, outcome, rule)
+                cube[key] = cube.get(key, 0) + 1
+                effect = self._effect(violation, rule)
+                self.effects[(rule, effect)] = self.effects.get((rule, effect), 0) + 1
+                if effect == "denied" or rule in self._security:
+                    sample = (
+                        time,
+                        team_name,
+                        kind,
+                        namespace,
+                        name,
+                        _user(request),
+                        rule,
+                        effect,
+                        _text(violation.get("message")),
+                        _text(request.get("operation")),
+                    )
+                    if effect == "denied":
+                        self.denial_examples.add(rule, sample)
+                    if rule in self._security:
+                        tkey = (team_name, rule, effect)
+                        self.team_effects[tkey] = self.team_effects.get(tkey, 0) + 1
+                        self.security_examples.append(sample)
+        else:
+            key = (day, team_name, outcome, "")
+            cube[key] = cube.get(key, 0) + 1
+        exceptions = record.get("exceptions")
+        if exceptions:
+            self._exceptions(exceptions, violations or (), time, team_name)
+        if outcome != "denied":
+            demand = record.get("demand")
+            region = demand.get("region") if isinstance(demand, Mapping) else None
+            if type(region) is str and region:
+                regions = self.learned_regions.setdefault(team_name, set())
+                if len(regions) < 64:
+                    regions.add(region)
+        operation = _text(request.get("operation"))
+        user = _user(request)
+        result = "denied" if outcome == "denied" else "admitted"
+        self.actors.add(("mpigate", user, actor_kind(user), "", operation.lower(), kind, result))
+        self.objects.add((namespace, kind, name))
+        self.events.append(
+            (
+                "mpigate",
+                time,
+                user,
+                actor_kind(user),
+                "",
+                operation.lower(),
+                kind,
+                namespace,
+                name,
+                result,
+                outcome,
+                None,
+            )
+        )
+
+    def _effect(self, violation: Mapping[str, Any], rule: str) -> str:
+        if violation.get("waivedBy"):
+            return "waived"
+        mode = violation.get("mode")
+        if mode == "enforce":
+            return "warned" if rule in self._advisory else "denied"
+        if mode == "warn":
+            return "warned"
+        return "audited"
+
+    def _exceptions(self, exceptions: Any, violations: Any, time: str, team: str) -> None:
+        day = time[:10]
+        for item in exceptions if isinstance(exceptions, list) else ():
+            if not isinstance(item, Mapping):
+                continue
+            name = _text(item.get("name"))
+            use = self.exceptions.get(name)
+            if use is None:
+                if len(self.exceptions) >= self.options.max_keys:
+                    continue
+                use = self.exceptions[name] = _ExceptionUse(first=time)
+            # the latest record's terms win: an exception's expiry may be extended in Git
+            use.approver = _text(item.get("approver"))
+            use.ticket = _text(item.get("ticket"))
+            use.expires = _text(item.get("expires"))
+            use.justification = _text(item.get("justification"))
+            rules = item.get("rules")
+            use.rules = tuple(_text(r) for r in rules) if isinstance(rules, list) else ()
+            use.uses += 1
+            use.last = time
+            if len(use.teams) < 64:
+                use.teams.add(team)
+            expired = bool(use.expires) and day > use.expires
+            if expired:
+                use.after_expiry += 1
+            for violation in violations if isinstance(violations, list) else ():
+                if isinstance(violation, Mapping) and violation.get("waivedBy") == name:
+                    rule = _text(violation.get("id"))
+                    use.waived[rule] = use.waived.get(rule, 0) + 1
+                    if expired:
+                        self.expired_waivers[rule] = self.expired_waivers.get(rule, 0) + 1
+
+    def _lifecycle(self, record: Mapping[str, Any], time: str, *, count: bool) -> None:
+        lifecycle = record.get("lifecycle")
+        if not isinstance(lifecycle, Mapping):
+            lifecycle = {}
+        obj = record.get("object") or {}
+        event = _text(lifecycle.get("event"))
+        if count:
+            self.lifecycle_events[event] = self.lifecycle_events.get(event, 0) + 1
+        job = lifecycle.get("uid") or (_text(obj.get("namespace")), _text(obj.get("name")))
+        seconds = _number(lifecycle.get("gpuSeconds"))
+        if seconds is None or seconds < 0:
+            if count:
+                self.lifecycle_without_seconds += 1
+        else:
+            # gpuSeconds is the job's consumption so far: count what it adds to the last value seen
+            consumed = self._consumed
+            before = consumed.get(job, 0.0)
+            delta = seconds - before if seconds > before else 0.0
+            if seconds > before:
+                consumed[job] = seconds
+                if len(consumed) > self.options.max_open_jobs:
+                    consumed.pop(next(iter(consumed)))
+                    self.jobs_evicted += 1
+            if count and delta > 0:
+                team = record.get("team")
+                team_name = team if type(team) is str and team else NO_TEAM
+                key = (team_name, _cost_center(record, lifecycle))
+                totals = self.gpu.get(key)
+                if totals is None:
+                    totals = self.gpu[key] = [0.0, 0.0]
+                totals[0] += delta
+                if before == 0.0:
+                    totals[1] += 1
+                day = time[:10]
+                self.gpu_by_day[day] = self.gpu_by_day.get(day, 0.0) + delta
+        if event == "deleted":  # a deleted job writes no more records: forget it
+            self._consumed.pop(job, None)
+
+    def _evidence(self, record: Mapping[str, Any], time: str, team: Any) -> None:
+        evidence = record.get("evidence")
+        if not isinstance(evidence, Mapping):
+            return
+        kind = _text(evidence.get("kind"))
+        self.evidence_kinds[kind] = self.evidence_kinds.get(kind, 0) + 1
+        if kind not in _PLACEMENT_KINDS:
+            return
+        team_name = team if type(team) is str and team else NO_TEAM
+        region = _text(evidence.get("region")) or "(unknown)"
+        details = evidence.get("details")
+        details = details if isinstance(details, Mapping) else {}
+        allowed = self._allowed_regions(team_name, details)
+        counts = self.placements.get((region, team_name))
+        if counts is None:
+            counts = self.placements[(region, team_name)] = [0, 0]
+        counts[0] += 1
+        if allowed is None:
+            self.unverified_placements += 1
+        elif region not in allowed or details.get("outside") is True:
+            counts[1] += 1
+            obj = record.get("object") or {}
+            self.outside_examples.append(
+                (
+                    time,
+                    team_name,
+                    _text(obj.get("namespace")),
+                    _text(obj.get("name")),
+                    _text(evidence.get("pod")),
+                    _text(evidence.get("node")),
+                    region,
+                    ",".join(sorted(allowed)),
+                )
+            )
+
+    def _allowed_regions(self, team: str, details: Mapping[str, Any]) -> frozenset[str] | None:
+        # The controller's own verdict first, then the config, then what admission resolved.
+        expected = details.get("expectedRegion")
+        if isinstance(expected, str) and expected:
+            return frozenset({expected})
+        allowed = details.get("allowedRegions")
+        if isinstance(allowed, list) and allowed:
+            return frozenset(_text(r) for r in allowed)
+        configured = self.options.team_regions.get(team)
+        if configured:
+            return frozenset(configured)
+        learned = self.learned_regions.get(team)
+        return frozenset(learned) if learned else None
+
+    # ------------------------------------------------------------------ API-server events
+
+    def add_api_event(self, event: ApiEvent) -> None:
+        """One API-server audit event (a trainer write or an RBAC denial)."""
+        opts = self.options
+        time = event.time
+        if (opts.since is not None and time < opts.since) or (opts.until is not None and time >= opts.until):
+            return
+        team = self.ns_teams.get(event.namespace or "")
+        if opts.team is not None and team != opts.team:
+            return
+        self.k8s_in_period += 1
+        actor = event.actor
+        kind = actor_kind(actor)
+        via = event.username if event.impersonated else ""
+        if event.rbac_denied:
+            self.rbac_total += 1
+            self.rbac.add((actor, event.verb, event.resource, event.namespace or ""))
+            self.rbac_examples.append(
+                (
+                    time,
+                    actor,
+                    kind,
+                    via,
+                    event.verb,
+                    event.resource,
+                    event.namespace or "",
+                    event.name or "",
+                    event.authorization_reason,
+                    f"{event.file}:{event.line}",
+                )
+            )
+        if not event.is_trainer_write:
+            return
+        self.k8s_writes += 1
+        decision = event.mpigate_decision
+        if event.rbac_denied:
+            result = "rbac-denied"
+        elif decision == "denied" or (event.code == 403 and decision is not None):
+            result = "denied"
+        elif event.succeeded:
+            result = "admitted"
+        else:
+            result = "failed"
+        self.k8s_write_results[(event.verb, result)] = self.k8s_write_results.get((event.verb, result), 0) + 1
+        self.actors.add(("k8s-audit", actor, kind, via, event.verb, event.kind, result))
+        self.objects.add((event.namespace or "", event.kind, event.name or ""))
+        self.k8s_events.append(
+            (
+                "k8s-audit",
+                time,
+                actor,
+                kind,
+                via,
+                event.verb,
+                event.kind,
+                event.namespace or "",
+                event.name or "",
+                result,
+                decision or "",
+                event.code,
+            )
+        )
+        if (
+            event.succeeded
+            and decision is None
+            and event.verb != "deletecollection"
+            and not exempt_from_webhook(actor, event.actor_groups)
+        ):
+            self.unjudged += 1
+            self.unjudged_examples.append(
+                (
+                    time,
+                    actor,
+                    kind,
+                    via,
+                    event.verb,
+                    event.kind,
+                    event.namespace or "",
+                    event.name or "",
+                    f"{event.file}:{event.line}",
+                )
+            )
+
+    # ------------------------------------------------------------------ result
+
+    def finish(
+        self, chains: Iterable[ChainReport] = (), k8s_files: Iterable[K8sAuditStats] = ()
+    ) -> dict[str, Any]:
+        """The report document (plain JSON values, see schema/report.schema.json)."""
+        chain_reports = list(chains)
+        k8s = list(k8s_files)
+        opts = self.options
+        rules = all_rules()
+        broken = [c for c in chain_reports if not c.ok]
+        first_problem = None
+        for chain in broken:
+            problem = chain.errors[0]
+            first_problem = {"chain": chain.chain, **problem.to_dict()}
+            break
+        integrity = {
+            "ok": not broken,
+            "chains": len(chain_reports),
+            "broken": len(broken),
+            "records": sum(c.records for c in chain_reports),
+            "recordsNotIntact": self.records_not_intact,
+            "signatures": {
+                state: sum(1 for c in chain_reports if c.signatures == state)
+                for state in ("verified", "unchecked", "unsigned", "failed")
+            },
+            "firstProblem": first_problem,
+        }
+        days = _days(opts.since, opts.until, self.first_time, self.last_time, self.cube, self.gpu_by_day)
+        decisions = self._decisions(days, rules)
+        effects_by_rule = self._effects_by_rule(rules)
+        k8s_given = bool(k8s)
+        facts = _Facts(
+            validate_by_kind=self.validate_by_kind,
+            effects=self.effects,
+            advisory=self._advisory,
+            expired=self.expired_waivers,
+            counts={
+                "mutate": self.mutations,
+                "lifecycle": sum(self.lifecycle_events.values()),
+                "evidence": sum(v[0] for v in self.placements.values()),
+                "checkpoint": self.checkpoints,
+                "k8s-activity": self.k8s_writes,
+                "k8s-rbac-denied": self.rbac_total,
+            },
+            broken=[c.chain for c in broken],
+            unverified_signatures=[c.chain for c in chain_reports if c.signatures != "verified"],
+            outside=sum(v[1] for v in self.placements.values()),
+            unjudged=self.unjudged,
+            k8s_given=k8s_given,
+        )
+        frameworks = all_frameworks()
+        controls: list[dict[str, Any]] = [
+            {
+                "framework": name,
+                "title": frameworks[name].title,
+                "controls": [_assess(control, facts, rules) for control in frameworks[name].controls],
+            }
+            for name in opts.frameworks
+        ]
+        summary_status = {
+            s: sum(1 for f in controls for c in f["controls"] if c["status"] == s)
+            for s in ("met", "attention", "no evidence")
+        }
+        return {
+            "apiVersion": REPORT_API_VERSION,
+            "kind": "ComplianceReport",
+            "generated": opts.generated or _now(),
+            "period": {
+                "from": opts.since,
+                "to": opts.until,
+                "firstRecord": self.first_time,
+                "lastRecord": self.last_time,
+                "days": len(days),
+            },
+            "filters": {"team": opts.team, "frameworks": list(opts.frameworks)},
+            "configRevision": opts.config_revision,
+            "inputs": {
+                "chains": [
+                    {**c.to_dict(), "recordsInPeriod": self.by_chain.get(c.chain, 0)} for c in chain_reports
+                ],
+                "k8sAudit": [s.to_dict() for s in k8s],
+            },
+            "integrity": integrity,
+            "totals": {
+                "recordsRead": self.records_read,
+                "recordsInPeriod": self.records_in_period,
+                "byStage": dict(sorted(self.by_stage.items())),
+                "decisions": {o: decisions["byOutcome"].get(o, 0) for o in OUTCOMES},
+                "dryRun": self.dry_run,
+                "teams": sorted(self.teams),
+                "apiServerEvents": self.k8s_in_period,
+            },
+            "decisions": decisions,
+            "rules": effects_by_rule,
+            "denials": self._denials(rules),
+            "activity": self._activity(k8s_given),
+            "rbacDenials": self._rbac(),
+            "exceptions": self._exception_list(),
+            "residency": self._residency(),
+            "security": self._security_section(rules),
+            "chargeback": self._chargeback(days),
+            "controls": controls,
+            "controlSummary": summary_status,
+            "statusRules": dict(STATUS_RULES),
+            "recordKinds": dict(RECORD_KINDS),
+            "limits": {
+                "maxExamples": opts.max_examples,
+                "maxEvents": opts.max_events,
+                "maxKeys": opts.max_keys,
+                "actorsOverflowed": self.actors.overflowed,
+                "jobsEvicted": self.jobs_evicted,
+            },
+        }
+
+    def _decisions(self, days: list[str], rules: Mapping[str, Any]) -> dict[str, Any]:
+        per_day: dict[str, dict[str, int]] = {d: dict.fromkeys(OUTCOMES, 0) for d in days}
+        per_team: dict[str, dict[str, int]] = {}
+        by_outcome: dict[str, int] = {}
+        cube_rows = [
+            {"date": day, "team": team, "outcome": outcome, "rule": rule or None, "decisions": count}
+            for (day, team, outcome, rule), count in sorted(self.cube.items())
+        ]
+        for (day, team, outcome), count in sorted(self.decision_counts.items()):
+            per_day.setdefault(day, dict.fromkeys(OUTCOMES, 0))
+            per_day[day][outcome] = per_day[day].get(outcome, 0) + count
+            row = per_team.setdefault(team, dict.fromkeys(OUTCOMES, 0))
+            row[outcome] = row.get(outcome, 0) + count
+            by_outcome[outcome] = by_outcome.get(outcome, 0) + count
+        return {
+            "byOutcome": by_outcome,
+            "byDay": [{"date": d, **per_day[d], "total": sum(per_day[d].values())} for d in sorted(per_day)],
+            "byTeam": [
+                {"team": t, **per_team[t], "total": sum(per_team[t].values())} for t in sorted(per_team)
+            ],
+            "cube": cube_rows,
+        }
+
+    def _effects_by_rule(self, rules: Mapping[str, Any]) -> list[dict[str, Any]]:
+        per_rule: dict[str, dict[str, int]] = {}
+        for (rule, effect), count in self.effects.items():
+            per_rule.setdefault(rule, dict.fromkeys(EFFECTS, 0))[effect] = count
+        out: list[dict[str, Any]] = []
+        for rule, counts in per_rule.items():
+            info = rules.get(rule)
+            out.append(
+                {
+                    "rule": rule,
+                    "title": info.title if info else "(not in the rule catalogue)",
+                    "family": info.family if info else "",
+                    "controls": list(info.controls) if info else [],
+                    **counts,
+                    "total": sum(counts.values()),
+                }
+            )
+        out.sort(key=lambda r: (-r["total"], r["rule"]))
+        return out
+
+    def _denials(self, rules: Mapping[str, Any]) -> dict[str, Any]:
+        reasons: list[dict[str, Any]] = []
+        for (rule, effect), count in self.effects.items():
+            if effect != "denied":
+                continue
+            info = rules.get(rule)
+            reasons.append(
+                {
+                    "rule": rule,
+                    "title": info.title if info else "(not in the rule catalogue)",
+                    "violations": count,
+                    "examples": [_example(s) for s in reversed(self.denial_examples.get(rule))],
+                }
+            )
+        reasons.sort(key=lambda r: (-r["violations"], r["rule"]))
+        denied = sum(c for (_, _, outcome), c in self.decision_counts.items() if outcome == "denied")
+        return {"decisions": denied, "topReasons": reasons}
+
+    def _activity(self, k8s_given: bool) -> dict[str, Any]:
+        per_actor: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        for (source, actor, kind, via, verb, obj_kind, result), count in self.actors.items():
+            row = per_actor.setdefault(
+                (source, actor, kind, via),
+                {
+                    "source": source,
+                    "actor": actor,
+                    "actorKind": kind,
+                    "via": via or None,
+                    "create": 0,
+                    "update": 0,
+                    "delete": 0,
+                    "other": 0,
+                    "refused": 0,
+                    "total": 0,
+                    "kinds": set(),
+                },
+            )
+            bucket = (
+                verb if verb in ("create", "update", "delete") else ("update" if verb == "patch" else "other")
+            )
+            row[bucket] += count
+            row["total"] += count
+            if result != "admitted":
+                row["refused"] += count
+            if obj_kind:
+                row["kinds"].add(obj_kind)
+        actors = []
+        for row in per_actor.values():
+            row["kinds"] = sorted(row["kinds"])
+            actors.append(row)
+        actors.sort(key=lambda r: (-r["total"], r["source"], r["actor"]))
+        events = [
+            {
+                "source": e[0],
+                "time": e[1],
+                "actor": e[2],
+                "actorKind": e[3],
+                "via": e[4] or None,
+                "verb": e[5],
+                "kind": e[6],
+                "namespace": e[7] or None,
+                "name": e[8] or None,
+                "result": e[9],
+                "mpigateDecision": e[10] or None,
+                "code": e[11],
+            }
+            for e in sorted([*self.events, *self.k8s_events], key=lambda e: e[1], reverse=True)[
+                : self.options.max_events
+            ]
+        ]
+        return {
+            "actors": actors,
+            "objects": len(self.objects) - (1 if self.objects.overflowed else 0),
+            "objectsOverflowed": self.objects.overflowed > 0,
+            "recentEvents": events,
+            "apiServer": {
+                "given": k8s_given,
+                "writes": self.k8s_writes,
+                "byVerb": [
+                    {"verb": verb, "result": result, "count": count}
+                    for (verb, result), count in sorted(self.k8s_write_results.items())
+                ],
+                "unjudgedWrites": self.unjudged,
+                "unjudgedExamples": [
+                    {
+                        "time": e[0],
+                        "actor": e[1],
+                        "actorKind": e[2],
+                        "via": e[3] or None,
+                        "verb": e[4],
+                        "kind": e[5],
+                        "namespace": e[6] or None,
+                        "name": e[7] or None,
+                        "source": e[8],
+                    }
+                    for e in reversed(self.unjudged_examples)
+                ],
+            },
+        }
+
+    def _rbac(self) -> dict[str, Any]:
+        rows: list[dict[str, Any]] = [
+            {
+                "actor": actor,
+                "actorKind": actor_kind(actor) if actor != OTHERS else "",
+                "verb": verb,
+                "resource": resource,
+                "namespace": namespace or None,
+                "count": count,
+            }
+            for (actor, verb, resource, namespace), count in self.rbac.items()
+        ]
+        rows.sort(key=lambda r: (-r["count"], r["actor"], r["verb"], r["resource"]))
+        return {
+            "total": self.rbac_total,
+            "byActor": rows,
+            "examples": [
+                {
+                    "time": e[0],
+                    "actor": e[1],
+                    "actorKind": e[2],
+                    "via": e[3] or None,
+                    "verb": e[4],
+                    "resource": e[5],
+                    "namespace": e[6] or None,
+                    "name": e[7] or None,
+                    "reason": e[8],
+                    "source": e[9],
+                }
+                for e in reversed(self.rbac_examples)
+            ],
+        }
+
+    def _exception_list(self) -> list[dict[str, Any]]:
+        out = []
+        for name, use in sorted(self.exceptions.items()):
+            out.append(
+                {
+                    "name": name,
+                    "approver": use.approver,
+                    "ticket": use.ticket,
+                    "expires": use.expires,
+                    "justification": use.justification,
+                    "rules": list(use.rules),
+                    "uses": use.uses,
+                    "usesAfterExpiry": use.after_expiry,
+                    "teams": sorted(use.teams),
+                    "firstUsed": use.first,
+                    "lastUsed": use.last,
+                    "waived": [{"rule": r, "violations": c} for r, c in sorted(use.waived.items())],
+                }
+            )
+        return out
+
+    def _residency(self) -> dict[str, Any]:
+        rows: list[dict[str, Any]] = [
+            {
+                "region": region,
+                "team": team,
+                "placements": counts[0],
+                "outside": counts[1],
+                "allowedRegions": sorted(self._allowed_regions(team, {}) or []),
+            }
+            for (region, team), counts in sorted(self.placements.items())
+        ]
+        by_region: dict[str, int] = {}
+        for row in rows:
+            by_region[row["region"]] = by_region.get(row["region"], 0) + row["placements"]
+        return {
+            "placements": sum(r["placements"] for r in rows),
+            "outside": sum(r["outside"] for r in rows),
+            "unverified": self.unverified_placements,
+            "byRegion": [{"region": r, "placements": c} for r, c in sorted(by_region.items())],
+            "byRegionAndTeam": rows,
+            "outsideExamples": [
+                {
+                    "time": e[0],
+                    "team": e[1],
+                    "namespace": e[2] or None,
+                    "name": e[3] or None,
+                    "pod": e[4] or None,
+                    "node": e[5] or None,
+                    "region": e[6],
+                    "allowedRegions": e[7].split(",") if e[7] else [],
+                }
+                for e in reversed(self.outside_examples)
+            ],
+            "evidenceKinds": dict(sorted(self.evidence_kinds.items())),
+        }
+
+    def _security_section(self, rules: Mapping[str, Any]) -> dict[str, Any]:
+        by_rule: dict[str, dict[str, int]] = {}
+        for (rule, effect), count in self.effects.items():
+            if rule in self._security:
+                by_rule.setdefault(rule, dict.fromkeys(EFFECTS, 0))[effect] = count
+        rows: list[dict[str, Any]] = []
+        for rule, counts in by_rule.items():
+            info = rules.get(rule)
+            rows.append(
+                {"rule": rule, "title": info.title if info else "", **counts, "total": sum(counts.values())}
+            )
+        rows.sort(key=lambda r: (-r["total"], r["rule"]))
+        by_team: dict[str, dict[str, int]] = {}
+        for (team, _rule, effect), count in self.team_effects.items():
+            row = by_team.setdefault(team, dict.fromkeys(EFFECTS, 0))
+            row[effect] += count
+        return {
+            "attempts": sum(r["total"] for r in rows),
+            "byRule": rows,
+            "byTeam": [{"team": t, **c, "total": sum(c.values())} for t, c in sorted(by_team.items())],
+            "recent": [_example(s) for s in reversed(self.security_examples)],
+        }
+
+    def _chargeback(self, days: list[str]) -> dict[str, Any]:
+        rows = [
+            {
+                "team": team,
+                "costCenter": cost_center,
+                "gpuSeconds": round(v[0], 3),
+                "gpuHours": round(v[0] / 3600, 3),
+                "jobs": int(v[1]),
+            }
+            for (team, cost_center), v in sorted(self.gpu.items())
+        ]
+        per_team: dict[str, float] = {}
+        for (team, _), v in self.gpu.items():
+            per_team[team] = per_team.get(team, 0.0) + v[0]
+        total = sum(per_team.values())
+        return {
+            "gpuHours": round(total / 3600, 3),
+            "byTeam": [
+                {"team": t, "gpuHours": round(s / 3600, 3), "share": round(s / total, 4) if total else 0.0}
+                for t, s in sorted(per_team.items(), key=lambda kv: (-kv[1], kv[0]))
+            ],
+            "byTeamAndCostCenter": rows,
+            "byDay": [{"date": d, "gpuHours": round(self.gpu_by_day.get(d, 0.0) / 3600, 3)} for d in days],
+            "lifecycleEvents": dict(sorted(self.lifecycle_events.items())),
+            "lifecycleWithoutGpuSeconds": self.lifecycle_without_seconds,
+        }
+
+
+# ---------------------------------------------------------------------- controls
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    validate_by_kind: Mapping[str, int]
+    effects: Mapping[tuple[str, str], int]
+    advisory: frozenset[str]
+    expired: Mapping[str, int]
+    counts: Mapping[str, int]
+    broken: list[str]
+    unverified_signatures: list[str]
+    outside: int
+    unjudged: int
+    k8s_given: bool
+
+
+def _kinds_judged(rule_ids: Iterable[str], rules: Mapping[str, Any]) -> set[str]:
+    kinds: set[str] = set()
+    for rule_id in rule_ids:
+        info = rules.get(rule_id)
+        if info is None:
+            continue
+        kinds.update(info.applies)
+        if "TrainingRuntime" in info.applies:
+            kinds.add("ClusterTrainingRuntime")
+    return kinds
+
+
+def _assess(control: Control, facts: _Facts, rules: Mapping[str, Any]) -> dict[str, Any]:
+    """A control's evidence counts and status (the rule is :data:`STATUS_RULES`)."""
+    evidence: dict[str, int] = {}
+    for kind in control.records:
+        if kind == "validate":
+            judged = _kinds_judged(control.rules, rules)
+            evidence[kind] = sum(c for k, c in facts.validate_by_kind.items() if k in judged)
+        else:
+            evidence[kind] = facts.counts.get(kind, 0)
+    violations = dict.fromkeys(EFFECTS, 0)
+    for rule in control.rules:
+        for effect in EFFECTS:
+            violations[effect] += facts.effects.get((rule, effect), 0)
+    total = sum(evidence.values())
+    reasons: list[str] = []
+    if total == 0:
+        status = "no evidence"
+    else:
+        if facts.broken:
+            reasons.append(
+                f"audit chain(s) {', '.join(facts.broken)} failed verification: "
+                "the evidence may be incomplete or altered"
+            )
+        unenforced = {
+            rule: facts.effects.get((rule, "warned"), 0) + facts.effects.get((rule, "audited"), 0)
+            for rule in control.rules
+            if rule not in facts.advisory
+        }
+        unenforced = {r: n for r, n in unenforced.items() if n}
+        if unenforced:
+            listed = ", ".join(f"{r} ({n})" for r, n in sorted(unenforced.items()))
+            reasons.append(f"violations admitted without enforcement (warn/audit mode): {listed}")
+        expired = {r: facts.expired[r] for r in control.rules if facts.expired.get(r)}
+        if expired:
+            listed = ", ".join(f"{r} ({n})" for r, n in sorted(expired.items()))
+            reasons.append(f"waived by an exception after it had expired: {listed}")
+        if "evidence" in control.records and facts.outside:
+            reasons.append(f"{facts.outside} pod placement(s) outside the team's region")
+        if "k8s-activity" in control.records and facts.unjudged:
+            reasons.append(f"{facts.unjudged} API-server write(s) admitted without an mpigate decision")
+        if "checkpoint" in control.records and facts.unverified_signatures:
+            reasons.append(
+                f"checkpoint signatures not verified for chain(s) {', '.join(facts.unverified_signatures)} "
+                "(pass --key or --public-key)"
+            )
+        status = "attention" if reasons else "met"
+    notes = []
+    if any(k.startswith("k8s-") for k in control.records) and not facts.k8s_given:
+        notes.append("no API-server audit log was given (--k8s-audit): its evidence is missing")
+    return {
+        "id": control.id,
+        "fullId": control.full_id,
+        "title": control.title,
+        "description": control.description,
+        "gaps": control.gaps,
+        "rules": list(control.rules),
+        "records": list(control.records),
+        "evidence": evidence,
+        "evidenceTotal": total,
+        "violations": violations,
+        "status": status,
+        "reasons": reasons,
+        "notes": notes,
+    }
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _user(request: Any) -> str:
+    user = request.get("user") if isinstance(request, Mapping) else None
+    name = user.get("username") if isinstance(user, Mapping) else None
+    return name if isinstance(name, str) and name else "(unknown)"
+
+
+def _cost_center(record: Mapping[str, Any], lifecycle: Mapping[str, Any]) -> str:
+    obj = record.get("object")
+    labels = obj.get("labels") if isinstance(obj, Mapping) else None
+    value = labels.get(COST_CENTER_LABEL) if isinstance(labels, Mapping) else None
+    if not value:
+        value = lifecycle.get("costCenter")
+    return value if isinstance(value, str) and value else NO_COST_CENTER
+
+
+def _example(sample: tuple[Any, ...]) -> dict[str, Any]:
+    time, team, kind, namespace, name, user, rule, effect, message, operation = sample
+    return {
+        "time": time,
+        "team": team,
+        "kind": kind,
+        "namespace": namespace or None,
+        "name": name or None,
+        "user": user,
+        "operation": operation,
+        "rule": rule,
+        "effect": effect,
+        "message": message,
+    }
+
+
+def _days(
+    since: str | None,
+    until: str | None,
+    first: str | None,
+    last: str | None,
+    cube: Mapping[tuple[str, str, str, str], int],
+    gpu_by_day: Mapping[str, float],
+) -> list[str]:
+    """Every calendar day (UTC) of the period: from --from (or the first record) to --to (or the
+    last record), capped at ten years."""
+    start = since[:10] if since else first[:10] if first else None
+    if until:
+        end_moment = dt.datetime.fromisoformat(until.replace("Z", "+00:00")) - dt.timedelta(milliseconds=1)
+        end: str | None = end_moment.date().isoformat()
+    else:
+        end = last[:10] if last else None
+    if start is None or end is None:
+        return sorted({k[0] for k in cube} | set(gpu_by_day))
+    day = dt.date.fromisoformat(start)
+    stop = dt.date.fromisoformat(end)
+    out: list[str] = []
+    while day <= stop and len(out) < 3660:
+        out.append(day.isoformat())
+        day += dt.timedelta(days=1)
+    return out
+
+
+def _now() -> str:
+    from mpigate.audit._canonical import format_time
+
+    return format_time(dt.datetime.now(dt.UTC))
