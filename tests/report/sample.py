@@ -274,19 +274,17 @@ def write_sample(
             base = lifecycle_pool[ckey]
             obj = {**base["object"], "name": job.name}
 
+            uid = f"uid-{job.index}"
+
             def life(
-                event: str, seconds: float, base: dict[str, Any] = base, obj: dict[str, Any] = obj
+                event: str,
+                seconds: float,
+                base: dict[str, Any] = base,
+                obj: dict[str, Any] = obj,
+                uid: str = uid,
             ) -> dict[str, Any]:
-                return {
-                    **base,
-                    "object": obj,
-                    "lifecycle": {
-                        **base["lifecycle"],
-                        "event": event,
-                        "gpuSeconds": seconds,
-                        "uid": f"uid-{job.index}",
-                    },
-                }
+                lifecycle = {**base["lifecycle"], "event": event, "gpuSeconds": seconds, "uid": uid}
+                return {**base, "object": obj, "lifecycle": lifecycle}
 
             controller.add(started, life("started", 0))
             for placement in _placements(job, rng):
