@@ -24,7 +24,7 @@ from mpigate.catalogue import all_rules
 
 from ._bounded import OTHERS, KeyedSamples, LimitedCounter
 from .controls import FRAMEWORK_FILES, RECORD_KINDS, Control, all_frameworks
-from .k8saudit import ApiEvent, K8sAuditStats, actor_kind, exempt_from_webhook
+from .k8saudit import ApiEvent, K8sAuditStats, actor_kind, exempt_from_webhook, normalize_time
 
 __all__ = [
     "COST_CENTER_LABEL",
@@ -85,6 +85,13 @@ class ReportOptions:
     max_keys: int = 10_000
     max_open_jobs: int = 200_000
     generated: str | None = None
+
+    def __post_init__(self) -> None:
+        # Bounds compare as strings with record times: bring any RFC 3339 time or date to that form.
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, normalize_time(value))
 
 
 @dataclass(slots=True)
@@ -163,7 +170,8 @@ class ReportBuilder:
         self.lifecycle_events: dict[str, int] = {}
         self.gpu: dict[tuple[str, str], list[float]] = {}  # (team, cost center) -> [seconds, jobs]
         self.gpu_by_day: dict[str, float] = {}
-        self._consumed: dict[Any, float] = {}  # job -> GPU-seconds counted so far (open jobs only)
+        # job -> [GPU-seconds seen so far, counted as a job of the period] (jobs not yet deleted)
+        self._consumed: dict[Any, list[Any]] = {}
         self.jobs_evicted = 0
         self.lifecycle_without_seconds = 0
         # residency
@@ -365,13 +373,16 @@ class ReportBuilder:
         else:
             # gpuSeconds is the job's consumption so far: count what it adds to the last value seen
             consumed = self._consumed
-            before = consumed.get(job, 0.0)
-            delta = seconds - before if seconds > before else 0.0
-            if seconds > before:
-                consumed[job] = seconds
+            state = consumed.get(job)
+            if state is None:
+                state = consumed[job] = [0.0, False]  # seconds seen, counted as a job of the period
                 if len(consumed) > self.options.max_open_jobs:
                     consumed.pop(next(iter(consumed)))
                     self.jobs_evicted += 1
+            before = state[0]
+            delta = seconds - before if seconds > before else 0.0
+            if delta:
+                state[0] = seconds
             if count and delta > 0:
                 team = record.get("team")
                 team_name = team if type(team) is str and team else NO_TEAM
@@ -380,7 +391,8 @@ class ReportBuilder:
                 if totals is None:
                     totals = self.gpu[key] = [0.0, 0.0]
                 totals[0] += delta
-                if before == 0.0:
+                if not state[1]:
+                    state[1] = True
                     totals[1] += 1
                 day = time[:10]
                 self.gpu_by_day[day] = self.gpu_by_day.get(day, 0.0) + delta
@@ -744,9 +756,7 @@ class ReportBuilder:
                 "mpigateDecision": e[10] or None,
                 "code": e[11],
             }
-            for e in sorted([*self.events, *self.k8s_events], key=lambda e: e[1], reverse=True)[
-                : self.options.max_events
-            ]
+            for e in _most_recent([*self.events, *self.k8s_events], self.options.max_events)
         ]
         return {
             "actors": actors,
@@ -888,6 +898,10 @@ class ReportBuilder:
             "attempts": sum(r["total"] for r in rows),
             "byRule": rows,
             "byTeam": [{"team": t, **c, "total": sum(c.values())} for t, c in sorted(by_team.items())],
+            "byTeamAndRule": [
+                {"team": team, "rule": rule, "effect": effect, "violations": count}
+                for (team, rule, effect), count in sorted(self.team_effects.items())
+            ],
             "recent": [_example(s) for s in reversed(self.security_examples)],
         }
 
@@ -1073,6 +1087,13 @@ def _days(
         out.append(day.isoformat())
         day += dt.timedelta(days=1)
     return out
+
+
+def _most_recent(events: list[tuple[Any, ...]], limit: int) -> list[tuple[Any, ...]]:
+    """The ``limit`` latest events (time at index 1), latest first; of equal times, the one added
+    last comes first."""
+    order = sorted(range(len(events)), key=lambda i: (events[i][1], i), reverse=True)
+    return [events[i] for i in order[:limit]]
 
 
 def _now() -> str:

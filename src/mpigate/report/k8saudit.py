@@ -68,6 +68,8 @@ def normalize_time(text: str) -> str:
     """An RFC 3339 time as mpigate records write it (UTC, milliseconds), so that API-server
     events and audit records compare as strings. ValueError when it is not a time."""
     match = _FAST_TIME.match(text)
+    if len(text) == 10:  # a date: midnight UTC
+        return format_time(parse_time(text))
     if match:  # the API server's own format: only the fraction needs adjusting
         fraction = (match.group(1) or "")[:3].ljust(3, "0")
         return f"{text[:19]}.{fraction}Z"

@@ -309,10 +309,10 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     for reason in report["denials"]["topReasons"]:
         example = reason["examples"][0]["message"] if reason["examples"] else ""
         yield _row("denials", "violations", reason["violations"], rule=reason["rule"], detail=example)
-    for team in report["security"]["byTeam"]:
-        for effect in ("denied", "warned", "audited", "waived"):
-            if team[effect]:
-                yield _row("security", "violations", team[effect], team=team["team"], outcome=effect)
+    for x in report["security"]["byTeamAndRule"]:
+        yield _row(
+            "security", "violations", x["violations"], team=x["team"], rule=x["rule"], outcome=x["effect"]
+        )
     for actor in report["activity"]["actors"]:
         for verb in ("create", "update", "delete", "other"):
             if actor[verb]:
