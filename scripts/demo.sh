@@ -111,3 +111,11 @@ print(f"preflight verdict {verdict}, but {len(outside)} sockets outside the pinn
 for process, family, local in listeners[:6]:
     print(f"  {process:7} {family} LISTEN {local}")
 '
+
+step "A compliance report from the webhook's audit trail (SOC 2, HIPAA, GDPR, PCI DSS)"
+mpigate report --audit build/demo-webhook/audit --key build/demo-webhook/audit.key --config . \
+  --format md -o build/report.md
+sed -n '1,12p' build/report.md
+mpigate report --audit build/demo-webhook/audit --key build/demo-webhook/audit.key --config . \
+  -o build/report.html
+echo "report: $(pwd)/build/report.html (open it in a browser; it prints, too)"

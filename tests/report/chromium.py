@@ -236,6 +236,7 @@ def _main() -> int:
     parser = argparse.ArgumentParser(description=_main.__doc__)
     parser.add_argument("--out", type=Path, default=Path("docs/img/report.png"))
     parser.add_argument("--html", type=Path, help="also keep the rendered HTML here")
+    parser.add_argument("--max-height", type=int, default=2000, help="pixels of the page's top to keep")
     args = parser.parse_args()
     secret = b"sample-secret-0123456789abcdef!!"
     with tempfile.TemporaryDirectory(prefix="mpigate-report-sample-") as tmp:
@@ -250,7 +251,7 @@ def _main() -> int:
         )
         html = args.html or root / "report.html"
         html.write_text(render(report, "html"), encoding="utf-8")
-        result = inspect_page(html)
+        result = inspect_page(html, max_height=args.max_height)
     if result.errors or len(result.requests) != 1:
         print(f"page problems: errors={result.errors} requests={result.requests}")
         return 1

@@ -56,11 +56,12 @@ def make_report(trail: Path, keyring: KeyRing) -> Callable[..., dict[str, Any]]:
         k8s: list[Path] | None = None,
         audit: Path | None = None,
         keys: KeyRing | None = keyring,
+        jobs: int = 1,
         **options: Any,
     ) -> dict[str, Any]:
         options.setdefault("generated", GENERATED)
         return build_report(
-            [audit or trail / "audit"], k8s or [], keys=keys, options=ReportOptions(**options)
+            [audit or trail / "audit"], k8s or [], keys=keys, options=ReportOptions(**options), jobs=jobs
         )
 
     return factory

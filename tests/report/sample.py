@@ -130,7 +130,7 @@ def jobs(count: int, days: int, seed: int) -> Iterator[Job]:
             gpus=gpus,
             hours=round(rng.uniform(0.2, 6.0), 2),
             pods=gpus // 8,
-            deleted=rng.random() < 0.7,
+            deleted=True,  # TTL after finishing: finished jobs do not stay stored for ever
         )
 
 

@@ -81,6 +81,13 @@ _SUFFIXES = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".
     show_default=True,
     help="Example messages kept per denial reason.",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(0, 256),
+    default=0,
+    show_default=True,
+    help="Worker processes reading chains and logs in parallel (0: one per CPU for large inputs).",
+)
 @_key_options
 def report_command(
     audit_dirs: tuple[str, ...],
@@ -94,6 +101,7 @@ def report_command(
     config_path: Path | None,
     max_events: int,
     max_examples: int,
+    jobs: int,
     keys: tuple[str, ...],
     public_keys: tuple[str, ...],
 ) -> None:
@@ -149,7 +157,7 @@ def report_command(
         max_examples=max_examples,
         **context,
     )
-    report = build_report(audit_dirs, k8s_files, keys=_keyring(keys, public_keys), options=options)
+    report = build_report(audit_dirs, k8s_files, keys=_keyring(keys, public_keys), options=options, jobs=jobs)
     text = render(report, fmt)
     with _open_output(output, binary=False) as out:
         out.write(text)

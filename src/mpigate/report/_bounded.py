@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterator
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, Generic, TypeVar
 
 __all__ = ["OTHERS", "KeyedSamples", "LimitedCounter"]
 
@@ -38,6 +38,15 @@ class LimitedCounter(Generic[K]):
             self.overflowed += amount
             counts[self.overflow_key] = counts.get(self.overflow_key, 0) + amount
 
+    def merge(self, other: LimitedCounter[K]) -> None:
+        """Add another counter's counts (its overflow bucket counts as overflow here too)."""
+        for key, count in other.counts.items():
+            if key == other.overflow_key:
+                self.overflowed += count
+                self.counts[self.overflow_key] = self.counts.get(self.overflow_key, 0) + count
+            else:
+                self.add(key, count)
+
     def items(self) -> Iterator[tuple[K, int]]:
         return iter(self.counts.items())
 
@@ -62,6 +71,17 @@ class KeyedSamples(Generic[K, T]):
                 return
             bucket = self.samples[key] = deque(maxlen=self.per_key)
         bucket.append(sample)
+
+    def merge(self, other: KeyedSamples[K, T], key: Callable[[T], Any]) -> None:
+        """Keep, per key, the ``per_key`` latest samples of both (ordered by ``key``)."""
+        for name, samples in other.samples.items():
+            mine = self.samples.get(name)
+            if mine is None:
+                if len(self.samples) >= self.max_keys:
+                    continue
+                self.samples[name] = deque(samples, maxlen=self.per_key)
+            else:
+                self.samples[name] = deque(sorted([*mine, *samples], key=key), maxlen=self.per_key)
 
     def get(self, key: K) -> list[T]:
         bucket = self.samples.get(key)

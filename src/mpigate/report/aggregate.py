@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -87,6 +87,9 @@ class ReportOptions:
     generated: str | None = None
 
     def __post_init__(self) -> None:
+        # Plain dicts: options travel to worker processes, and read-only proxies do not pickle.
+        object.__setattr__(self, "namespace_teams", dict(self.namespace_teams))
+        object.__setattr__(self, "team_regions", {k: tuple(v) for k, v in self.team_regions.items()})
         # Bounds compare as strings with record times: bring any RFC 3339 time or date to that form.
         for name in ("since", "until"):
             value = getattr(self, name)
@@ -108,6 +111,16 @@ class _ExceptionUse:
     teams: set[str] = field(default_factory=set)
     waived: dict[str, int] = field(default_factory=dict)
 
+    def merge(self, other: _ExceptionUse) -> None:
+        if other.last >= self.last:  # the latest terms win
+            self.approver, self.ticket, self.expires = other.approver, other.ticket, other.expires
+            self.justification, self.rules, self.last = other.justification, other.rules, other.last
+        self.first = min(self.first, other.first)
+        self.uses += other.uses
+        self.after_expiry += other.after_expiry
+        self.teams |= set(sorted(other.teams)[: max(0, 64 - len(self.teams))])
+        _add_counts(self.waived, other.waived)
+
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ("" if value is None else str(value))
@@ -120,11 +133,19 @@ def _number(value: Any) -> float | None:
 
 
 class ReportBuilder:
-    """Feed records with :meth:`add_entry` / :meth:`add_api_event` (in time order within each
-    source), then call :meth:`finish` once."""
+    """Aggregates one or more inputs. Feed records with :meth:`add_entry` (one chain's records in
+    chain order) and :meth:`add_api_event`, combine builders of other inputs with :meth:`merge`,
+    then call :meth:`finish` once.
+
+    Nothing depends on the order of records *across* inputs, so inputs can be aggregated in
+    parallel and merged: residency is judged at the end (against every region a team was admitted
+    for), samples keep the most recent by time, and a job whose lifecycle spans two chains (a
+    controller that moved) is reconciled when the chains are merged, in time order.
+    """
 
     def __init__(self, options: ReportOptions | None = None) -> None:
         self.options = opts = options or ReportOptions()
+        self._since, self._until, self._team = opts.since, opts.until, opts.team
         rules = all_rules()
         self._advisory = frozenset(r.id for r in rules.values() if r.advisory)
         self._security = frozenset(r.id for r in rules.values() if r.family == "security")
@@ -153,9 +174,9 @@ class ReportBuilder:
         self.mutations_patched = 0
         # activity: (source, actor, actor kind, via, verb, kind, result) -> count
         self.actors: LimitedCounter[tuple[str, ...]] = LimitedCounter(k, ("", OTHERS, "", "", "", "", ""))
-        self.events: deque[tuple[Any, ...]] = deque(maxlen=opts.max_events)  # mpigate, time order
-        self.k8s_events: deque[tuple[Any, ...]] = deque(maxlen=opts.max_events)  # API server, file order
+        self.events: deque[tuple[Any, ...]] = deque(maxlen=opts.max_events)  # time at index 1
         self.objects: LimitedCounter[tuple[str, str, str]] = LimitedCounter(k, ("", "", OTHERS))
+        self._kinds: dict[str, str] = {}  # username -> actor kind (a cache)
         # API server
         self.k8s_in_period = 0
         self.k8s_writes = 0
@@ -170,14 +191,18 @@ class ReportBuilder:
         self.lifecycle_events: dict[str, int] = {}
         self.gpu: dict[tuple[str, str], list[float]] = {}  # (team, cost center) -> [seconds, jobs]
         self.gpu_by_day: dict[str, float] = {}
-        # job -> [GPU-seconds seen so far, counted as a job of the period] (jobs not yet deleted)
+        # job -> [GPU-seconds seen so far, counted as a job of the period], for jobs not deleted
         self._consumed: dict[Any, list[Any]] = {}
+        # jobs this input saw first with consumption already recorded (started in an earlier chain):
+        # job -> [first GPU-seconds counted, (team, cost center) or None, day, counted as a new job]
+        self._inherited: dict[Any, list[Any]] = {}
         self.jobs_evicted = 0
         self.lifecycle_without_seconds = 0
-        # residency
-        self.placements: dict[tuple[str, str], list[int]] = {}  # (region, team) -> [placed, outside]
-        self.outside_examples: deque[tuple[Any, ...]] = deque(maxlen=opts.max_events)
-        self.unverified_placements = 0
+        # residency: (region, team) -> [placements, judged by the controller, of those outside]
+        self.placements: dict[tuple[str, str], list[int]] = {}
+        self.placement_samples: KeyedSamples[tuple[str, str], tuple[Any, ...]] = KeyedSamples(
+            opts.max_examples, max_keys=k
+        )
         self.evidence_kinds: dict[str, int] = {}
         self.learned_regions: dict[str, set[str]] = {}
         # integrity evidence
@@ -186,32 +211,38 @@ class ReportBuilder:
     # ------------------------------------------------------------------ mpigate records
 
     def add_entry(self, entry: AuditEntry) -> None:
-        """One audit record (any stage). Records outside the period only prime the GPU-seconds
+        """One audit record (any stage). Records before the period only prime the GPU-seconds
         accounting of jobs that were already running when the period began."""
         self.records_read += 1
         time = entry.time
         record = entry.record
         stage = entry.stage
-        opts = self.options
-        if (opts.since is not None and time < opts.since) or (opts.until is not None and time >= opts.until):
-            if stage == "lifecycle" and (opts.since is None or time < opts.since):
+        since, until = self._since, self._until
+        if (since is not None and time < since) or (until is not None and time >= until):
+            if stage == "lifecycle" and (since is None or time < since):
                 self._lifecycle(record, time, count=False)
             return
         if stage == "checkpoint":
             self.checkpoints += 1
         team = record.get("team")
-        if opts.team is not None and team != opts.team and stage != "checkpoint":
+        if self._team is not None and team != self._team and stage != "checkpoint":
             return
         self.records_in_period += 1
         if not entry.intact:
             self.records_not_intact += 1
-        self.by_stage[stage] = self.by_stage.get(stage, 0) + 1
-        self.by_chain[entry.chain] = self.by_chain.get(entry.chain, 0) + 1
-        if self.first_time is None:
+        by_stage = self.by_stage
+        by_stage[stage] = by_stage.get(stage, 0) + 1
+        by_chain = self.by_chain
+        by_chain[entry.chain] = by_chain.get(entry.chain, 0) + 1
+        if self.first_time is None or time < self.first_time:
             self.first_time = time
-        self.last_time = time
-        if type(team) is str:
-            self.teams.add(team)
+        if self.last_time is None or time > self.last_time:
+            self.last_time = time
+        if type(team) is str and team:
+            if team not in self.teams:
+                self.teams.add(team)
+        else:
+            team = NO_TEAM
         if stage == "validate":
             self._validate(record, time, team)
         elif stage == "mutate":
@@ -223,99 +254,109 @@ class ReportBuilder:
         elif stage == "evidence":
             self._evidence(record, time, team)
 
-    def _validate(self, record: Mapping[str, Any], time: str, team: Any) -> None:
+    def _actor_kind(self, user: str) -> str:
+        kind = self._kinds.get(user)
+        if kind is None:
+            kind = actor_kind(user)
+            if len(self._kinds) < self.options.max_keys:
+                self._kinds[user] = kind
+        return kind
+
+    def _validate(self, record: Mapping[str, Any], time: str, team: str) -> None:
         day = time[:10]
-        team_name = team if type(team) is str and team else NO_TEAM
-        outcome = _text(record.get("decision"))
-        request = record.get("request") or {}
-        obj = record.get("object") or {}
-        kind = _text(obj.get("kind"))
-        namespace = _text(obj.get("namespace"))
-        name = _text(obj.get("name"))
-        self.validate_by_kind[kind] = self.validate_by_kind.get(kind, 0) + 1
+        outcome = record.get("decision")
+        if type(outcome) is not str:
+            outcome = _text(outcome)
+        request = record.get("request")
+        if type(request) is not dict:
+            request = {}
+        obj = record.get("object")
+        if type(obj) is not dict:
+            obj = {}
+        kind = obj.get("kind") or ""
+        namespace = obj.get("namespace") or ""
+        name = obj.get("name") or ""
+        by_kind = self.validate_by_kind
+        by_kind[kind] = by_kind.get(kind, 0) + 1
         if request.get("dryRun") is True:
             self.dry_run += 1
+        ns_teams = self.ns_teams
         if (
             namespace
-            and team_name != NO_TEAM
-            and namespace not in self.ns_teams
-            and len(self.ns_teams) < self.options.max_keys
+            and namespace not in ns_teams
+            and team != NO_TEAM
+            and len(ns_teams) < self.options.max_keys
         ):
-            self.ns_teams[namespace] = team_name
-        dkey = (day, team_name, outcome)
-        self.decision_counts[dkey] = self.decision_counts.get(dkey, 0) + 1
+            ns_teams[namespace] = team
+        dkey = (day, team, outcome)
+        counts = self.decision_counts
+        counts[dkey] = counts.get(dkey, 0) + 1
         cube = self.cube
+        operation = request.get("operation") or ""
+        user = _user(request)
         violations = record.get("violations")
-        if violations:
+        if violations and type(violations) is list:
+            effects = self.effects
             seen: set[str] = set()
             for violation in violations:
-                if not isinstance(violation, Mapping):
+                if type(violation) is not dict:
                     continue
-                rule = _text(violation.get("id"))
+                rule = violation.get("id")
+                if type(rule) is not str:
+                    rule = _text(rule)
+                effect = self._effect(violation, rule)
+                ekey = (rule, effect)
+                effects[ekey] = effects.get(ekey, 0) + 1
                 if rule in seen:
-                    effect = self._effect(violation, rule)
-                    self.effects[(rule, effect)] = self.effects.get((rule, effect), 0) + 1
                     continue
                 seen.add(rule)
-                key = (day, team_name, outcome, rule)
+                key = (day, team, outcome, rule)
                 cube[key] = cube.get(key, 0) + 1
-                effect = self._effect(violation, rule)
-                self.effects[(rule, effect)] = self.effects.get((rule, effect), 0) + 1
-                if effect == "denied" or rule in self._security:
+                security = rule in self._security
+                if effect == "denied" or security:
                     sample = (
                         time,
-                        team_name,
+                        team,
                         kind,
                         namespace,
                         name,
-                        _user(request),
+                        user,
                         rule,
                         effect,
                         _text(violation.get("message")),
-                        _text(request.get("operation")),
+                        operation,
                     )
                     if effect == "denied":
                         self.denial_examples.add(rule, sample)
-                    if rule in self._security:
-                        tkey = (team_name, rule, effect)
+                    if security:
+                        tkey = (team, rule, effect)
                         self.team_effects[tkey] = self.team_effects.get(tkey, 0) + 1
                         self.security_examples.append(sample)
         else:
-            key = (day, team_name, outcome, "")
+            key = (day, team, outcome, "")
             cube[key] = cube.get(key, 0) + 1
         exceptions = record.get("exceptions")
         if exceptions:
-            self._exceptions(exceptions, violations or (), time, team_name)
+            self._exceptions(exceptions, violations or (), time, team)
         if outcome != "denied":
             demand = record.get("demand")
-            region = demand.get("region") if isinstance(demand, Mapping) else None
+            region = demand.get("region") if type(demand) is dict else None
             if type(region) is str and region:
-                regions = self.learned_regions.setdefault(team_name, set())
-                if len(regions) < 64:
+                regions = self.learned_regions.get(team)
+                if regions is None:
+                    regions = self.learned_regions[team] = set()
+                if region not in regions and len(regions) < 64:
                     regions.add(region)
-        operation = _text(request.get("operation"))
-        user = _user(request)
+        verb = operation.lower()
         result = "denied" if outcome == "denied" else "admitted"
-        self.actors.add(("mpigate", user, actor_kind(user), "", operation.lower(), kind, result))
+        user_kind = self._actor_kind(user)
+        self.actors.add(("mpigate", user, user_kind, "", verb, kind, result))
         self.objects.add((namespace, kind, name))
         self.events.append(
-            (
-                "mpigate",
-                time,
-                user,
-                actor_kind(user),
-                "",
-                operation.lower(),
-                kind,
-                namespace,
-                name,
-                result,
-                outcome,
-                None,
-            )
+            ("mpigate", time, user, user_kind, "", verb, kind, namespace, name, result, outcome, None)
         )
 
-    def _effect(self, violation: Mapping[str, Any], rule: str) -> str:
+    def _effect(self, violation: dict[str, Any], rule: str) -> str:
         if violation.get("waivedBy"):
             return "waived"
         mode = violation.get("mode")
@@ -327,8 +368,8 @@ class ReportBuilder:
 
     def _exceptions(self, exceptions: Any, violations: Any, time: str, team: str) -> None:
         day = time[:10]
-        for item in exceptions if isinstance(exceptions, list) else ():
-            if not isinstance(item, Mapping):
+        for item in exceptions if type(exceptions) is list else ():
+            if type(item) is not dict:
                 continue
             name = _text(item.get("name"))
             use = self.exceptions.get(name)
@@ -336,22 +377,25 @@ class ReportBuilder:
                 if len(self.exceptions) >= self.options.max_keys:
                     continue
                 use = self.exceptions[name] = _ExceptionUse(first=time)
-            # the latest record's terms win: an exception's expiry may be extended in Git
-            use.approver = _text(item.get("approver"))
-            use.ticket = _text(item.get("ticket"))
-            use.expires = _text(item.get("expires"))
-            use.justification = _text(item.get("justification"))
-            rules = item.get("rules")
-            use.rules = tuple(_text(r) for r in rules) if isinstance(rules, list) else ()
+            if time >= use.last:
+                # the latest record's terms win: an exception's expiry may be extended in Git
+                rules = item.get("rules")
+                use.approver = _text(item.get("approver"))
+                use.ticket = _text(item.get("ticket"))
+                use.expires = _text(item.get("expires"))
+                use.justification = _text(item.get("justification"))
+                use.rules = tuple(_text(r) for r in rules) if type(rules) is list else ()
+                use.last = time
+            use.first = min(use.first, time)
             use.uses += 1
-            use.last = time
             if len(use.teams) < 64:
                 use.teams.add(team)
-            expired = bool(use.expires) and day > use.expires
+            expires = _text(item.get("expires"))
+            expired = bool(expires) and day > expires
             if expired:
                 use.after_expiry += 1
-            for violation in violations if isinstance(violations, list) else ():
-                if isinstance(violation, Mapping) and violation.get("waivedBy") == name:
+            for violation in violations if type(violations) is list else ():
+                if type(violation) is dict and violation.get("waivedBy") == name:
                     rule = _text(violation.get("id"))
                     use.waived[rule] = use.waived.get(rule, 0) + 1
                     if expired:
@@ -359,89 +403,107 @@ class ReportBuilder:
 
     def _lifecycle(self, record: Mapping[str, Any], time: str, *, count: bool) -> None:
         lifecycle = record.get("lifecycle")
-        if not isinstance(lifecycle, Mapping):
+        if type(lifecycle) is not dict:
             lifecycle = {}
-        obj = record.get("object") or {}
-        event = _text(lifecycle.get("event"))
+        obj = record.get("object")
+        if type(obj) is not dict:
+            obj = {}
+        event = lifecycle.get("event")
+        if type(event) is not str:
+            event = _text(event)
         if count:
             self.lifecycle_events[event] = self.lifecycle_events.get(event, 0) + 1
         job = lifecycle.get("uid") or (_text(obj.get("namespace")), _text(obj.get("name")))
-        seconds = _number(lifecycle.get("gpuSeconds"))
+        seconds = lifecycle.get("gpuSeconds")
+        if type(seconds) is not float:
+            seconds = _number(seconds)
+        consumed = self._consumed
+        state = consumed.get(job)
+        first_seen = state is None
         if seconds is None or seconds < 0:
             if count:
                 self.lifecycle_without_seconds += 1
         else:
             # gpuSeconds is the job's consumption so far: count what it adds to the last value seen
-            consumed = self._consumed
-            state = consumed.get(job)
             if state is None:
-                state = consumed[job] = [0.0, False]  # seconds seen, counted as a job of the period
+                state = consumed[job] = [0.0, False]
                 if len(consumed) > self.options.max_open_jobs:
                     consumed.pop(next(iter(consumed)))
                     self.jobs_evicted += 1
             before = state[0]
-            delta = seconds - before if seconds > before else 0.0
-            if delta:
+            if seconds > before:
                 state[0] = seconds
-            if count and delta > 0:
-                team = record.get("team")
-                team_name = team if type(team) is str and team else NO_TEAM
-                key = (team_name, _cost_center(record, lifecycle))
-                totals = self.gpu.get(key)
-                if totals is None:
-                    totals = self.gpu[key] = [0.0, 0.0]
-                totals[0] += delta
-                if not state[1]:
-                    state[1] = True
-                    totals[1] += 1
-                day = time[:10]
-                self.gpu_by_day[day] = self.gpu_by_day.get(day, 0.0) + delta
+                if count:
+                    team = record.get("team")
+                    team_name = team if type(team) is str and team else NO_TEAM
+                    key = (team_name, _cost_center(obj, lifecycle))
+                    totals = self.gpu.get(key)
+                    if totals is None:
+                        totals = self.gpu[key] = [0.0, 0.0]
+                    delta = seconds - before
+                    totals[0] += delta
+                    new_job = not state[1]
+                    if new_job:
+                        state[1] = True
+                        totals[1] += 1
+                    day = time[:10]
+                    self.gpu_by_day[day] = self.gpu_by_day.get(day, 0.0) + delta
+                    if first_seen and len(self._inherited) < self.options.max_open_jobs:
+                        self._inherited[job] = [seconds, key, day, new_job]
         if event == "deleted":  # a deleted job writes no more records: forget it
-            self._consumed.pop(job, None)
+            consumed.pop(job, None)
+            if (
+                first_seen
+                and job not in self._inherited
+                and len(self._inherited) < self.options.max_open_jobs
+            ):
+                self._inherited[job] = [0.0, None, "", False]
 
-    def _evidence(self, record: Mapping[str, Any], time: str, team: Any) -> None:
+    def _evidence(self, record: Mapping[str, Any], time: str, team: str) -> None:
         evidence = record.get("evidence")
-        if not isinstance(evidence, Mapping):
+        if type(evidence) is not dict:
             return
-        kind = _text(evidence.get("kind"))
+        kind = evidence.get("kind")
+        if type(kind) is not str:
+            kind = _text(kind)
         self.evidence_kinds[kind] = self.evidence_kinds.get(kind, 0) + 1
         if kind not in _PLACEMENT_KINDS:
             return
-        team_name = team if type(team) is str and team else NO_TEAM
-        region = _text(evidence.get("region")) or "(unknown)"
+        region = evidence.get("region")
+        if type(region) is not str or not region:
+            region = _text(region) or "(unknown)"
         details = evidence.get("details")
-        details = details if isinstance(details, Mapping) else {}
-        allowed = self._allowed_regions(team_name, details)
-        counts = self.placements.get((region, team_name))
+        verdict = _explicit_verdict(region, details) if type(details) is dict and details else None
+        key = (region, team)
+        counts = self.placements.get(key)
         if counts is None:
-            counts = self.placements[(region, team_name)] = [0, 0]
+            counts = self.placements[key] = [0, 0, 0]
         counts[0] += 1
-        if allowed is None:
-            self.unverified_placements += 1
-        elif region not in allowed or details.get("outside") is True:
+        if verdict is not None:
             counts[1] += 1
-            obj = record.get("object") or {}
-            self.outside_examples.append(
-                (
-                    time,
-                    team_name,
-                    _text(obj.get("namespace")),
-                    _text(obj.get("name")),
-                    _text(evidence.get("pod")),
-                    _text(evidence.get("node")),
-                    region,
-                    ",".join(sorted(allowed)),
-                )
-            )
+            if verdict:
+                counts[2] += 1
+        obj = record.get("object")
+        if type(obj) is not dict:
+            obj = {}
+        # raw values: most placements are never shown, so text conversion waits for finish()
+        self.placement_samples.add(
+            key,
+            (
+                time,
+                team,
+                obj.get("namespace"),
+                obj.get("name"),
+                evidence.get("pod"),
+                evidence.get("node"),
+                region,
+                verdict,
+            ),
+        )
 
-    def _allowed_regions(self, team: str, details: Mapping[str, Any]) -> frozenset[str] | None:
-        # The controller's own verdict first, then the config, then what admission resolved.
-        expected = details.get("expectedRegion")
-        if isinstance(expected, str) and expected:
-            return frozenset({expected})
-        allowed = details.get("allowedRegions")
-        if isinstance(allowed, list) and allowed:
-            return frozenset(_text(r) for r in allowed)
+    def allowed_regions(self, team: str) -> frozenset[str] | None:
+        """Where a team's pods may run: the config's regions for it, else every region its
+        admitted jobs were resolved to; None when neither is known."""
         configured = self.options.team_regions.get(team)
         if configured:
             return frozenset(configured)
@@ -456,16 +518,17 @@ class ReportBuilder:
         time = event.time
         if (opts.since is not None and time < opts.since) or (opts.until is not None and time >= opts.until):
             return
-        team = self.ns_teams.get(event.namespace or "")
-        if opts.team is not None and team != opts.team:
+        if opts.team is not None and self.ns_teams.get(event.namespace or "") != opts.team:
             return
         self.k8s_in_period += 1
         actor = event.actor
-        kind = actor_kind(actor)
+        kind = self._actor_kind(actor)
         via = event.username if event.impersonated else ""
+        namespace = event.namespace or ""
+        name = event.name or ""
         if event.rbac_denied:
             self.rbac_total += 1
-            self.rbac.add((actor, event.verb, event.resource, event.namespace or ""))
+            self.rbac.add((actor, event.verb, event.resource, namespace))
             self.rbac_examples.append(
                 (
                     time,
@@ -474,8 +537,8 @@ class ReportBuilder:
                     via,
                     event.verb,
                     event.resource,
-                    event.namespace or "",
-                    event.name or "",
+                    namespace,
+                    name,
                     event.authorization_reason,
                     f"{event.file}:{event.line}",
                 )
@@ -492,10 +555,12 @@ class ReportBuilder:
             result = "admitted"
         else:
             result = "failed"
-        self.k8s_write_results[(event.verb, result)] = self.k8s_write_results.get((event.verb, result), 0) + 1
-        self.actors.add(("k8s-audit", actor, kind, via, event.verb, event.kind, result))
-        self.objects.add((event.namespace or "", event.kind, event.name or ""))
-        self.k8s_events.append(
+        rkey = (event.verb, result)
+        self.k8s_write_results[rkey] = self.k8s_write_results.get(rkey, 0) + 1
+        obj_kind = event.kind
+        self.actors.add(("k8s-audit", actor, kind, via, event.verb, obj_kind, result))
+        self.objects.add((namespace, obj_kind, name))
+        self.events.append(
             (
                 "k8s-audit",
                 time,
@@ -503,9 +568,9 @@ class ReportBuilder:
                 kind,
                 via,
                 event.verb,
-                event.kind,
-                event.namespace or "",
-                event.name or "",
+                obj_kind,
+                namespace,
+                name,
                 result,
                 decision or "",
                 event.code,
@@ -519,18 +584,98 @@ class ReportBuilder:
         ):
             self.unjudged += 1
             self.unjudged_examples.append(
-                (
-                    time,
-                    actor,
-                    kind,
-                    via,
-                    event.verb,
-                    event.kind,
-                    event.namespace or "",
-                    event.name or "",
-                    f"{event.file}:{event.line}",
-                )
+                (time, actor, kind, via, event.verb, obj_kind, namespace, name, f"{event.file}:{event.line}")
             )
+
+    # ------------------------------------------------------------------ merging
+
+    def merge(self, later: ReportBuilder) -> None:
+        """Add another input's aggregate. Merge chains in time order (earliest first): a job that
+        ``later`` saw first with consumption already recorded is reconciled with the state this
+        builder ended with, so that its GPU-seconds count once."""
+        opts = self.options
+        # GPU: take back what ``later`` counted that this builder had already counted
+        for job, (first, key, day, new_job) in later._inherited.items():
+            prior = self._consumed.pop(job, None)
+            if prior is None or key is None:
+                continue
+            correction = min(prior[0], first)
+            totals = later.gpu.get(key)
+            if totals is not None:
+                totals[0] -= correction
+                if new_job and prior[1]:
+                    totals[1] -= 1
+            if correction:
+                later.gpu_by_day[day] = later.gpu_by_day.get(day, 0.0) - correction
+        for job, state in later._consumed.items():
+            self._consumed[job] = state
+        while len(self._consumed) > opts.max_open_jobs:
+            self._consumed.pop(next(iter(self._consumed)))
+            self.jobs_evicted += 1
+        for key, (seconds, jobs) in later.gpu.items():
+            totals = self.gpu.setdefault(key, [0.0, 0.0])
+            totals[0] += seconds
+            totals[1] += jobs
+        _add_counts(self.gpu_by_day, later.gpu_by_day)
+        self.jobs_evicted += later.jobs_evicted
+        self.lifecycle_without_seconds += later.lifecycle_without_seconds
+        _add_counts(self.lifecycle_events, later.lifecycle_events)
+        # totals
+        self.records_read += later.records_read
+        self.records_in_period += later.records_in_period
+        self.records_not_intact += later.records_not_intact
+        _add_counts(self.by_stage, later.by_stage)
+        _add_counts(self.by_chain, later.by_chain)
+        times = [t for t in (self.first_time, later.first_time) if t is not None]
+        self.first_time = min(times) if times else None
+        times = [t for t in (self.last_time, later.last_time) if t is not None]
+        self.last_time = max(times) if times else None
+        self.teams |= later.teams
+        # decisions
+        _add_counts(self.cube, later.cube)
+        _add_counts(self.decision_counts, later.decision_counts)
+        _add_counts(self.validate_by_kind, later.validate_by_kind)
+        self.dry_run += later.dry_run
+        _add_counts(self.effects, later.effects)
+        _add_counts(self.team_effects, later.team_effects)
+        self.denial_examples.merge(later.denial_examples, key=_at(0))
+        self.security_examples = _merge_recent(self.security_examples, later.security_examples, 0)
+        _add_counts(self.expired_waivers, later.expired_waivers)
+        for name, use in later.exceptions.items():
+            mine = self.exceptions.get(name)
+            if mine is None:
+                if len(self.exceptions) < opts.max_keys:
+                    self.exceptions[name] = use
+                continue
+            mine.merge(use)
+        self.mutations += later.mutations
+        self.mutations_patched += later.mutations_patched
+        # activity
+        self.actors.merge(later.actors)
+        self.objects.merge(later.objects)
+        self.events = _merge_recent(self.events, later.events, 1)
+        # API server
+        self.k8s_in_period += later.k8s_in_period
+        self.k8s_writes += later.k8s_writes
+        _add_counts(self.k8s_write_results, later.k8s_write_results)
+        self.unjudged += later.unjudged
+        self.unjudged_examples = _merge_recent(self.unjudged_examples, later.unjudged_examples, 0)
+        self.rbac.merge(later.rbac)
+        self.rbac_total += later.rbac_total
+        self.rbac_examples = _merge_recent(self.rbac_examples, later.rbac_examples, 0)
+        for namespace, team in later.ns_teams.items():
+            if namespace not in self.ns_teams and len(self.ns_teams) < opts.max_keys:
+                self.ns_teams[namespace] = team
+        # residency
+        for key, counts in later.placements.items():
+            placed = self.placements.setdefault(key, [0, 0, 0])
+            for i in range(3):
+                placed[i] += counts[i]
+        self.placement_samples.merge(later.placement_samples, key=_at(0))
+        _add_counts(self.evidence_kinds, later.evidence_kinds)
+        for team, regions in later.learned_regions.items():
+            self.learned_regions.setdefault(team, set()).update(regions)
+        self.checkpoints += later.checkpoints
 
     # ------------------------------------------------------------------ result
 
@@ -579,7 +724,7 @@ class ReportBuilder:
             },
             broken=[c.chain for c in broken],
             unverified_signatures=[c.chain for c in chain_reports if c.signatures != "verified"],
-            outside=sum(v[1] for v in self.placements.values()),
+            outside=self._residency_counts()[0],
             unjudged=self.unjudged,
             k8s_given=k8s_given,
         )
@@ -756,7 +901,7 @@ class ReportBuilder:
                 "mpigateDecision": e[10] or None,
                 "code": e[11],
             }
-            for e in _most_recent([*self.events, *self.k8s_events], self.options.max_events)
+            for e in _most_recent(list(self.events), self.options.max_events)
         ]
         return {
             "actors": actors,
@@ -842,38 +987,62 @@ class ReportBuilder:
             )
         return out
 
+    def _residency_counts(self) -> tuple[int, int, list[dict[str, Any]]]:
+        """(outside, unverified, rows): placements the controller judged itself, plus the others
+        judged against the team's allowed regions."""
+        outside = unverified = 0
+        rows: list[dict[str, Any]] = []
+        for (region, team), (placed, judged, judged_outside) in sorted(self.placements.items()):
+            allowed = self.allowed_regions(team)
+            rest = placed - judged
+            if allowed is None:
+                unverified += rest
+                out = judged_outside
+            else:
+                out = judged_outside + (rest if region not in allowed else 0)
+            outside += out
+            rows.append(
+                {
+                    "region": region,
+                    "team": team,
+                    "placements": placed,
+                    "outside": out,
+                    "allowedRegions": sorted(allowed or ()),
+                }
+            )
+        return outside, unverified, rows
+
     def _residency(self) -> dict[str, Any]:
-        rows: list[dict[str, Any]] = [
-            {
-                "region": region,
-                "team": team,
-                "placements": counts[0],
-                "outside": counts[1],
-                "allowedRegions": sorted(self._allowed_regions(team, {}) or []),
-            }
-            for (region, team), counts in sorted(self.placements.items())
-        ]
+        outside, unverified, rows = self._residency_counts()
         by_region: dict[str, int] = {}
         for row in rows:
             by_region[row["region"]] = by_region.get(row["region"], 0) + row["placements"]
+        examples = []
+        for (region, team), samples in self.placement_samples.samples.items():
+            allowed = self.allowed_regions(team)
+            for sample in samples:
+                verdict = sample[7]
+                if verdict is True or (verdict is None and allowed is not None and region not in allowed):
+                    examples.append(sample)
+        examples.sort(key=lambda e: e[0], reverse=True)
         return {
             "placements": sum(r["placements"] for r in rows),
-            "outside": sum(r["outside"] for r in rows),
-            "unverified": self.unverified_placements,
+            "outside": outside,
+            "unverified": unverified,
             "byRegion": [{"region": r, "placements": c} for r, c in sorted(by_region.items())],
             "byRegionAndTeam": rows,
             "outsideExamples": [
                 {
                     "time": e[0],
                     "team": e[1],
-                    "namespace": e[2] or None,
-                    "name": e[3] or None,
-                    "pod": e[4] or None,
-                    "node": e[5] or None,
+                    "namespace": _text(e[2]) or None,
+                    "name": _text(e[3]) or None,
+                    "pod": _text(e[4]) or None,
+                    "node": _text(e[5]) or None,
                     "region": e[6],
-                    "allowedRegions": e[7].split(",") if e[7] else [],
+                    "allowedRegions": sorted(self.allowed_regions(e[1]) or ()),
                 }
-                for e in reversed(self.outside_examples)
+                for e in examples[: self.options.max_events]
             ],
             "evidenceKinds": dict(sorted(self.evidence_kinds.items())),
         }
@@ -1031,15 +1200,47 @@ def _assess(control: Control, facts: _Facts, rules: Mapping[str, Any]) -> dict[s
 # ---------------------------------------------------------------------- helpers
 
 
+def _add_counts(target: dict[Any, Any], source: Mapping[Any, Any]) -> None:
+    for key, value in source.items():
+        target[key] = target.get(key, 0) + value
+
+
+def _at(index: int) -> Callable[[tuple[Any, ...]], Any]:
+    return lambda item: item[index]
+
+
+def _merge_recent(
+    mine: deque[tuple[Any, ...]], other: deque[tuple[Any, ...]], at: int
+) -> deque[tuple[Any, ...]]:
+    """The most recent ``maxlen`` samples of both (by the time at index ``at``), oldest first."""
+    merged = sorted([*mine, *other], key=lambda item: item[at])
+    return deque(merged, maxlen=mine.maxlen)
+
+
+def _explicit_verdict(region: str, details: Mapping[str, Any]) -> bool | None:
+    """The controller's own judgement of a placement, when its record carries one: True when the
+    pod is outside its allowed region(s), False when inside, None when it says nothing."""
+    if details.get("outside") is True:
+        return True
+    expected = details.get("expectedRegion")
+    if isinstance(expected, str) and expected:
+        return region != expected
+    allowed = details.get("allowedRegions")
+    if isinstance(allowed, list) and allowed:
+        return region not in {_text(r) for r in allowed}
+    if details.get("outside") is False:
+        return False
+    return None
+
+
 def _user(request: Any) -> str:
     user = request.get("user") if isinstance(request, Mapping) else None
     name = user.get("username") if isinstance(user, Mapping) else None
     return name if isinstance(name, str) and name else "(unknown)"
 
 
-def _cost_center(record: Mapping[str, Any], lifecycle: Mapping[str, Any]) -> str:
-    obj = record.get("object")
-    labels = obj.get("labels") if isinstance(obj, Mapping) else None
+def _cost_center(obj: Mapping[str, Any], lifecycle: Mapping[str, Any]) -> str:
+    labels = obj.get("labels")
     value = labels.get(COST_CENTER_LABEL) if isinstance(labels, Mapping) else None
     if not value:
         value = lifecycle.get("costCenter")

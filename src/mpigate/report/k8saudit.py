@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, Any, cast
+from typing import IO, Any, NamedTuple, cast
 
 from mpigate.audit._canonical import format_time, parse_time
 from mpigate.audit.reader import parse_json_object
@@ -105,10 +105,10 @@ def exempt_from_webhook(username: str, groups: tuple[str, ...]) -> bool:
     return username.startswith(_EXEMPT_SA_PREFIXES)
 
 
-@dataclass(frozen=True, slots=True)
-class ApiEvent:
+class ApiEvent(NamedTuple):
     """One API-server request a report uses. ``username``/``groups`` are who authenticated;
-    ``impersonated`` is who they acted as (the effective identity, when set)."""
+    ``impersonated`` is who they acted as (the effective identity, when set). A named tuple: a
+    cluster's audit log has millions of events and tuples are the cheapest to build."""
 
     time: str
     audit_id: str
@@ -202,12 +202,8 @@ class K8sAuditStats:
         }
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _groups(value: Any) -> tuple[str, ...]:
-    return tuple(str(g) for g in value) if isinstance(value, list) else ()
+    return tuple(map(str, value)) if type(value) is list else ()
 
 
 class K8sAuditReader:
@@ -216,7 +212,8 @@ class K8sAuditReader:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.stats = K8sAuditStats(file=str(self.path))
+        self._file = str(self.path)
+        self.stats = K8sAuditStats(file=self._file)
 
     def _malformed(self, line: int, reason: str) -> None:
         stats = self.stats
@@ -263,57 +260,62 @@ class K8sAuditReader:
         stats._done = True
 
     def _event(self, data: Any, lineno: int) -> ApiEvent | None:
+        # The hot path of a cluster-wide log: most events are reads of other resources, so they
+        # are recognised and counted with a few dict lookups before anything else is built.
         stats = self.stats
-        if not isinstance(data, Mapping):
+        if type(data) is not dict:
             self._malformed(lineno, "an EventList item is not an object")
             return None
-        api_version = data.get("apiVersion", "")
-        kind = data.get("kind", "Event")
-        if api_version not in _API_VERSIONS or kind != "Event":
+        get = data.get
+        api_version = get("apiVersion", "")
+        kind = get("kind", "Event")
+        if kind != "Event" or api_version not in _API_VERSIONS:
             self._malformed(lineno, f"not an audit.k8s.io Event (apiVersion {api_version!r}, kind {kind!r})")
             return None
-        verb = data.get("verb")
-        user = data.get("user")
-        stamp = data.get("requestReceivedTimestamp") or data.get("timestamp") or data.get("stageTimestamp")
-        if not isinstance(verb, str) or not isinstance(user, Mapping) or not isinstance(stamp, str):
+        verb = get("verb")
+        user = get("user")
+        stamp = get("requestReceivedTimestamp") or get("timestamp") or get("stageTimestamp")
+        if type(verb) is not str or type(user) is not dict or type(stamp) is not str:
             self._malformed(lineno, "an audit event needs verb, user and requestReceivedTimestamp")
             return None
-        try:
-            time = normalize_time(stamp)
-        except ValueError:
-            self._malformed(lineno, f"bad timestamp {stamp!r}")
-            return None
+        if not _FAST_TIME.match(stamp):  # not the API server's own format: must still be a time
+            try:
+                normalize_time(stamp)
+            except ValueError:
+                self._malformed(lineno, f"bad timestamp {stamp!r}")
+                return None
         stats.events += 1
+        if get("stage", "") not in _COUNTED_STAGES:
+            stats.other_stages += 1
+            return None
+        ref = get("objectRef")
+        if type(ref) is not dict:
+            ref = {}
+        annotations = get("annotations")
+        if type(annotations) is not dict:
+            annotations = {}
+        authorization = annotations.get("authorization.k8s.io/decision", "")
+        resource = ref.get("resource", "")
+        trainer_write = resource in TRAINER_RESOURCES and verb in WRITE_VERBS and not ref.get("subresource")
+        if authorization != "forbid" and not (trainer_write and ref.get("apiGroup") == TRAINER_GROUP):
+            stats.other += 1
+            return None
+        time = normalize_time(stamp)
+        stats.used += 1
         if stats.first_time is None or time < stats.first_time:
             stats.first_time = time
         if stats.last_time is None or time > stats.last_time:
             stats.last_time = time
-        stage = data.get("stage", "")
-        if stage not in _COUNTED_STAGES:
-            stats.other_stages += 1
-            return None
-        ref = _mapping(data.get("objectRef"))
-        annotations = _mapping(data.get("annotations"))
-        authorization = str(annotations.get("authorization.k8s.io/decision", ""))
-        resource = str(ref.get("resource", ""))
-        api_group = str(ref.get("apiGroup", ""))
-        subresource = str(ref.get("subresource", ""))
-        trainer_write = (
-            api_group == TRAINER_GROUP
-            and resource in TRAINER_RESOURCES
-            and verb in WRITE_VERBS
-            and not subresource
-        )
-        if not trainer_write and authorization != "forbid":
-            stats.other += 1
-            return None
-        stats.used += 1
-        status = _mapping(data.get("responseStatus"))
-        code = status.get("code")
-        impersonated = _mapping(data.get("impersonatedUser"))
+        status = get("responseStatus")
+        code = status.get("code") if type(status) is dict else None
+        impersonated = get("impersonatedUser")
+        if type(impersonated) is not dict:
+            impersonated = {}
         mpigate: dict[str, str] = {}
         for key, value in annotations.items():
-            match = _MPIGATE_ANNOTATION.match(str(key))
+            if "mpigate" not in key:
+                continue
+            match = _MPIGATE_ANNOTATION.match(key)
             if match:
                 name = match.group("key")
                 # the validating webhook's verdict wins over the mutating one's (which has none)
@@ -322,22 +324,22 @@ class K8sAuditReader:
         namespace = ref.get("namespace")
         name = ref.get("name")
         return ApiEvent(
-            time=time,
-            audit_id=str(data.get("auditID", "")),
-            verb=verb,
-            username=str(user.get("username", "")),
-            groups=_groups(user.get("groups")),
-            impersonated=str(impersonated["username"]) if impersonated.get("username") else None,
-            impersonated_groups=_groups(impersonated.get("groups")),
-            resource=resource,
-            subresource=subresource,
-            api_group=api_group,
-            namespace=str(namespace) if namespace else None,
-            name=str(name) if name else None,
-            code=code if isinstance(code, int) and not isinstance(code, bool) else None,
-            authorization=authorization,
-            authorization_reason=str(annotations.get("authorization.k8s.io/reason", ""))[:_MAX_REASON],
-            mpigate=MappingProxyType(mpigate),
-            file=str(self.path),
-            line=lineno,
+            time,
+            str(get("auditID", "")),
+            verb,
+            str(user.get("username", "")),
+            _groups(user.get("groups")),
+            str(impersonated["username"]) if impersonated.get("username") else None,
+            _groups(impersonated.get("groups")),
+            str(resource),
+            str(ref.get("subresource", "")),
+            str(ref.get("apiGroup", "")),
+            str(namespace) if namespace else None,
+            str(name) if name else None,
+            code if type(code) is int else None,
+            str(authorization),
+            str(annotations.get("authorization.k8s.io/reason", ""))[:_MAX_REASON],
+            mpigate,
+            self._file,
+            lineno,
         )
