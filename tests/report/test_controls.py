@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +67,51 @@ def test_parse_frameworks_accepts_lists_aliases_and_all() -> None:
         ValueError, match=r"unknown framework 'iso27001' \(known: soc2, hipaa, gdpr, pci, all\)"
     ):
         parse_frameworks(["soc2,iso27001"])
+
+
+def test_docs_list_every_control_and_csv_column(repo: Path) -> None:
+    from mpigate.report import CSV_COLUMNS
+
+    text = (repo / "docs" / "compliance.md").read_text(encoding="utf-8")
+    for fw in all_frameworks().values():
+        for control in fw.controls:
+            assert f"| {control.id} | {control.title} |" in text, control.full_id
+    assert ", ".join(CSV_COLUMNS) in " ".join(text.split())
+    for kind in RECORD_KINDS:
+        assert f"| `{kind}` |" in text, kind
+
+
+def test_status_of_a_control_from_counts() -> None:
+    from mpigate.report import EvidenceFacts, assess_control
+
+    control = framework("soc2").controls[[c.id for c in framework("soc2").controls].index("C1.1")]
+    rules = all_rules()
+
+    def facts(**changes: object) -> EvidenceFacts:
+        base: dict[str, object] = {
+            "validate_by_kind": {"TrainJob": 4, "TrainingRuntime": 9},
+            "effects": {("MPG-RES-002", "denied"): 2},
+            "advisory": frozenset({"MPG-Q004"}),
+            "expired": {},
+            "counts": {"evidence": 3},
+            "broken": [],
+            "unverified_signatures": [],
+            "outside": 0,
+            "unjudged": 0,
+            "k8s_given": False,
+        }
+        base.update(changes)
+        return EvidenceFacts(**base)  # type: ignore[arg-type]
+
+    met = assess_control(control, facts(), rules)
+    # the residency rules judge TrainJobs only: runtimes are no evidence for C1.1
+    assert met["evidence"] == {"validate": 4, "evidence": 3}
+    assert (met["status"], met["reasons"], met["violations"]["denied"]) == ("met", [], 2)
+    outside = assess_control(control, facts(outside=2), rules)
+    assert outside["reasons"] == ["2 pod placement(s) outside the team's region"]
+    audited = assess_control(control, facts(effects={("MPG-RES-001", "audited"): 3}), rules)
+    assert audited["reasons"] == [
+        "violations admitted without enforcement (warn/audit mode): MPG-RES-001 (3)"
+    ]
+    empty = assess_control(control, facts(validate_by_kind={}, counts={}, broken=["c"]), rules)
+    assert (empty["status"], empty["evidenceTotal"], empty["reasons"]) == ("no evidence", 0, [])

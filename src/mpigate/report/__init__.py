@@ -14,7 +14,8 @@ chargeback, integrity — as HTML, Markdown, JSON or CSV.
 Reading streams (memory does not grow with the number of records); see docs/compliance.md.
 """
 
-from .aggregate import STATUS_RULES, ReportBuilder, ReportOptions
+from .aggregate import ReportBuilder, ReportOptions
+from .assess import STATUS_RULES, EvidenceFacts, assess_control
 from .build import build_report, config_context
 from .controls import RECORD_KINDS, Control, Framework, all_frameworks, framework, parse_frameworks
 from .k8saudit import ApiEvent, K8sAuditReader, K8sAuditStats
@@ -27,12 +28,14 @@ __all__ = [
     "STATUS_RULES",
     "ApiEvent",
     "Control",
+    "EvidenceFacts",
     "Framework",
     "K8sAuditReader",
     "K8sAuditStats",
     "ReportBuilder",
     "ReportOptions",
     "all_frameworks",
+    "assess_control",
     "build_report",
     "config_context",
     "framework",
