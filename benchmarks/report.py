@@ -1,7 +1,7 @@
 """Compliance report benchmark: time and peak memory of `mpigate report` over 100,000 and
 1,000,000 records, next to the time to merely read and parse the same files (the floor).
 
-    .venv/bin/python benchmarks/report.py [--sizes 100000,1000000] [--dir DIR] [--keep]
+    .venv/bin/python benchmarks/report.py [--sizes 100000,1000000] [--dir DIR]
 
 For each size it writes a realistic trail with the real writer (tests/report/sample.py: two webhook
 chains, a controller chain, HMAC checkpoints, plus the matching API-server audit log), then
@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = b"benchmark-secret-0123456789abcdef"
-RECORDS_PER_JOB = 6.9  # what tests/report/sample.py writes per job, on average
+RECORDS_PER_JOB = 7.3  # what tests/report/sample.py writes per job, on average
 
 
 def _measure(mode: str, root: Path, jobs: int) -> dict[str, float]:
@@ -91,6 +91,10 @@ def _generate(root: Path, records: int) -> tuple[int, float]:
 
     write_sample(root, HmacSigner(SECRET), jobs_count=int(records / RECORDS_PER_JOB), batch=500)
     (root / "key").write_bytes(SECRET)
+    return _count(root)
+
+
+def _count(root: Path) -> tuple[int, float]:
     segments = sorted((root / "audit").glob("*/*.jsonl"))
     lines = 0
     for path in segments:
@@ -105,36 +109,43 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="100000,1000000", help="comma-separated record counts")
-    parser.add_argument("--dir", type=Path, help="where to write (default: a temp dir under build/)")
-    parser.add_argument("--keep", action="store_true", help="keep the generated trails")
+    parser.add_argument(
+        "--dir", type=Path, help="keep the trails here and reuse them on the next run (default: a temp dir)"
+    )
     parser.add_argument("--measure", choices=("parse", "report"), help=argparse.SUPPRESS)
     parser.add_argument("--jobs", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(_measure(args.measure, args.dir, args.jobs)))
         return 0
-    base = args.dir or REPO / "build"
-    base.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="report-bench-", dir=base))
+    keep = args.dir is not None
+    if args.dir is not None:
+        work = args.dir
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        (REPO / "build").mkdir(exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="report-bench-", dir=REPO / "build"))
     cpus = os.cpu_count() or 1
     print(f"report benchmark: {cpus} CPU(s), load average {os.getloadavg()[0]:.1f}, best of 2 runs each")
     rows = []
     try:
         for size in (int(s) for s in args.sizes.split(",")):
             root = work / str(size)
-            root.mkdir()
             started = time.monotonic()
-            records, mib = _generate(root, size)
+            if (root / "key").exists():
+                records, mib = _count(root)
+                done = "reusing"
+            else:
+                root.mkdir()
+                records, mib = _generate(root, size)
+                done = f"wrote in {time.monotonic() - started:.0f} s:"
             api_lines = sum(1 for _ in (root / "kube-apiserver-audit.log").open("rb"))
-            print(
-                f"  wrote {records:,} audit records ({mib:,.0f} MiB) + {api_lines:,} API-server events "
-                f"in {time.monotonic() - started:.0f} s"
-            )
+            print(f"  {done} {records:,} audit records ({mib:,.0f} MiB) + {api_lines:,} API-server events")
             parse = _best("parse", root, 0)
             parallel = _best("report", root, 0)
             single = _best("report", root, 1)
             rows.append((records, mib, parse, parallel, single))
-            if not args.keep:
+            if not keep:
                 shutil.rmtree(root)
         print()
         print(
@@ -152,7 +163,7 @@ def main() -> int:
         print(f"(parse-only peak RSS: {floors} MiB)")
         print(f"load average after: {os.getloadavg()[0]:.1f}")
     finally:
-        if not args.keep:
+        if not keep:
             shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -185,8 +185,9 @@ def report_command(
             click.secho(f"{file['file']}: {file['unreadable']}", fg="red", err=True)
     if not integrity["ok"]:
         problem = integrity["firstProblem"]
+        where = problem["file"] + (f":{problem['line']}" if problem["line"] is not None else "")
         click.secho(
-            f"integrity {problem['kind']}: {problem['file']}:{problem['line']}: {problem['message']}",
+            f"integrity {problem['kind']}: {where}: {problem['message']}",
             fg="red",
             err=True,
         )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import gzip
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any, NamedTuple, cast
@@ -180,7 +180,6 @@ class K8sAuditStats:
     unreadable: str | None = None
     first_time: str | None = None
     last_time: str | None = None
-    _done: bool = field(default=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -257,7 +256,6 @@ class K8sAuditReader:
                             yield event
             except (OSError, EOFError, gzip.BadGzipFile) as exc:
                 stats.unreadable = f"read error after line {stats.lines}: {exc}"
-        stats._done = True
 
     def _event(self, data: Any, lineno: int) -> ApiEvent | None:
         # The hot path of a cluster-wide log: most events are reads of other resources, so they

@@ -165,7 +165,8 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 20) -> str:
     out.append("")
     if not integrity["ok"]:
         first = integrity["firstProblem"] or {}
-        where = f"{first.get('file', '')}:{first.get('line', '')}" if first else "?"
+        line = first.get("line")
+        where = f"{first.get('file', '')}" + (f":{line}" if line is not None else "") if first else "?"
         out.append(
             f"> **Audit trail integrity check FAILED**: {integrity['broken']} of {integrity['chains']} "
             f"chain(s) did not verify. First problem: `{where}` ({_md(first.get('kind'))}): "
