@@ -112,6 +112,10 @@ for process, family, local in listeners[:6]:
     print(f"  {process:7} {family} LISTEN {local}")
 '
 
+step "The NetworkPolicy the controller puts around a PHI job (pinned ports from its data classification)"
+echo "\$ mpigate controller --config . --print-netpol examples/trainjobs/phi-pinned.yaml"
+mpigate controller --config . --print-netpol examples/trainjobs/phi-pinned.yaml
+
 step "A compliance report from the webhook's audit trail (SOC 2, HIPAA, GDPR, PCI DSS)"
 mpigate report --audit build/demo-webhook/audit --key build/demo-webhook/audit.key --config . \
   --format md -o build/report.md

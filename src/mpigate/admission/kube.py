@@ -1,6 +1,7 @@
-"""A small async Kubernetes API client for the webhook's live context: GET, LIST and WATCH.
+"""A small async Kubernetes API client for the webhook's live context (GET, LIST and WATCH) and the
+controller's writes (:meth:`KubeClient.request`: POST, PATCH, DELETE).
 
-Only what the webhook reads (Kueue queues, TrainJobs), over aiohttp, with the credentials of a
+Over aiohttp, with the credentials of a
 kubeconfig (token, token file, client certificate; CA data or file) or of the pod's service
 account (in-cluster). Exec and auth-provider plugins are not supported: a webhook runs
 in-cluster or with a static credential. Errors are :class:`KubeError` values carrying the HTTP
@@ -180,15 +181,23 @@ def _client_ssl(config: KubeConfig) -> ssl.SSLContext | bool:
 class KubeClient:
     """Reads from the API server. Create inside a running event loop; :meth:`close` when done."""
 
-    def __init__(self, config: KubeConfig, *, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        config: KubeConfig,
+        *,
+        connect_timeout: float = 5.0,
+        user_agent: str = "mpigate-webhook",
+        request_timeout: float | None = None,
+    ) -> None:
         self.config = config
         self._ssl = _client_ssl(config)
         self._session = aiohttp.ClientSession(
             base_url=config.server,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout),
             connector=aiohttp.TCPConnector(ssl=self._ssl, limit=20),
-            headers={"Accept": "application/json", "User-Agent": "mpigate-webhook"},
+            headers={"Accept": "application/json", "User-Agent": user_agent},
         )
+        self._request_timeout = request_timeout
         self._token: str | None = config.token
         self._token_read = 0.0
 
@@ -204,7 +213,7 @@ class KubeClient:
                 log.warning("cannot read token file %s: %s", self.config.token_file, exc)
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
 
-    async def _error(self, resp: aiohttp.ClientResponse, path: str) -> KubeError:
+    async def _error(self, resp: aiohttp.ClientResponse, path: str, method: str = "GET") -> KubeError:
         message = ""
         try:
             body = await resp.json(content_type=None)
@@ -213,7 +222,7 @@ class KubeClient:
         except (ValueError, aiohttp.ClientError):
             pass
         return KubeError(
-            f"GET {path}: HTTP {resp.status}" + (f": {message}" if message else ""),
+            f"{method} {path}: HTTP {resp.status}" + (f": {message}" if message else ""),
             status=resp.status,
         )
 
@@ -231,6 +240,42 @@ class KubeClient:
         if not isinstance(body, dict):
             raise KubeError(f"GET {path}: response is not a JSON object", reason="bad-response")
         return body
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """Send ``body`` as JSON with ``method`` (``POST``, ``PATCH`` with ``content_type``
+        ``application/merge-patch+json``, ``DELETE`` ...) and return the JSON object answered.
+
+        Raises :class:`KubeError` carrying the HTTP status (409 conflict, 404, 5xx ...)."""
+        headers = self._headers()
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body).encode()
+        timeout = aiohttp.ClientTimeout(total=self._request_timeout) if self._request_timeout else None
+        try:
+            async with self._session.request(
+                method, path, params=params, data=data, headers=headers, timeout=timeout
+            ) as resp:
+                if resp.status >= 300:
+                    raise await self._error(resp, path, method)
+                answer = await resp.json(content_type=None)
+        except aiohttp.ClientError as exc:
+            raise KubeError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        except TimeoutError as exc:
+            raise KubeError(f"{method} {path}: timed out", reason="timeout") from exc
+        except ValueError as exc:
+            raise KubeError(f"{method} {path}: response is not JSON", reason="bad-response") from exc
+        if not isinstance(answer, dict):
+            raise KubeError(f"{method} {path}: response is not a JSON object", reason="bad-response")
+        return answer
 
     async def watch(
         self, path: str, resource_version: str, *, timeout_seconds: int = 300

@@ -252,11 +252,14 @@ def lifecycle_record(
     reason: str | None = None,
     revision: str | None = None,
     source: str = "controller",
+    at: str | None = None,
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A ``lifecycle`` entry: a job ``started``, ``finished``, ``failed``, ``suspended``,
     ``deleted`` ... with its GPU count and consumed GPU-seconds (chargeback).
 
+    ``at`` is when the transition happened (the record's own ``time`` is when it was written,
+    which may be later: the controller may see a transition late); omitted when not given.
     ``gpu_seconds`` is the job's consumption *so far* (cumulative per job ``uid``), so that a
     report counts each job once however many records carry it (``finished`` then ``deleted``).
     ``labels`` are the job's labels a report groups by — pass the few that matter, such as
@@ -285,6 +288,8 @@ def lifecycle_record(
         },
         "revision": revision,
     }
+    if at is not None:
+        entry["lifecycle"]["at"] = at
     result: dict[str, Any] = redact(entry)
     return result
 

@@ -12,6 +12,7 @@ from mpigate import __version__
 
 from .audit_commands import audit_group
 from .config_commands import check_command, init_command, schema_command
+from .controller_commands import controller_command
 from .engine_commands import explain_command, test_command
 from .preflight_commands import preflight_command
 from .render_commands import diff_command, render_command
@@ -53,6 +54,7 @@ cli.add_command(serve_command)
 cli.add_command(certs_command)
 cli.add_command(review_command)
 cli.add_command(report_command)
+cli.add_command(controller_command)
 
 
 def main() -> None:

@@ -1,0 +1,124 @@
+"""The controller's own API calls (kopf does the watching): paths, create/patch, small caches.
+
+Built on :class:`mpigate.admission.kube.KubeClient`, so the webhook and the controller share one
+way of reading kubeconfigs and service-account credentials.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, TypeVar
+
+from mpigate.admission.kube import KubeClient, KubeError
+
+__all__ = [
+    "MERGE_PATCH",
+    "ControllerApi",
+    "TtlCache",
+    "event_path",
+    "lease_path",
+    "namespace_path",
+    "netpol_path",
+    "node_path",
+    "runtime_path",
+    "trainjob_path",
+]
+
+MERGE_PATCH: Final = "application/merge-patch+json"
+TRAINER_API: Final = "/apis/trainer.kubeflow.org/v1alpha1"
+
+T = TypeVar("T")
+
+
+def trainjob_path(namespace: str, name: str) -> str:
+    return f"{TRAINER_API}/namespaces/{namespace}/trainjobs/{name}"
+
+
+def runtime_path(kind: str, name: str, namespace: str | None) -> str:
+    if kind == "TrainingRuntime":
+        return f"{TRAINER_API}/namespaces/{namespace}/trainingruntimes/{name}"
+    return f"{TRAINER_API}/clustertrainingruntimes/{name}"
+
+
+def netpol_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
+    return f"{base}/{name}" if name else base
+
+
+def event_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/events"
+
+
+def lease_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    return f"{base}/{name}" if name else base
+
+
+def node_path(name: str) -> str:
+    return f"/api/v1/nodes/{name}"
+
+
+def namespace_path(name: str) -> str:
+    return f"/api/v1/namespaces/{name}"
+
+
+@dataclass
+class TtlCache(Generic[T]):
+    """Values fetched on demand and kept for ``ttl`` seconds (node and namespace labels change
+    rarely; a watch of every node would cost more than an occasional GET)."""
+
+    ttl: float
+    clock: Callable[[], float] = time.monotonic
+    _items: dict[str, tuple[float, T]] = field(default_factory=dict)
+
+    async def get(self, key: str, fetch: Callable[[], Awaitable[T]]) -> T:
+        now = self.clock()
+        found = self._items.get(key)
+        if found is not None and now - found[0] < self.ttl:
+            return found[1]
+        value = await fetch()
+        self._items[key] = (now, value)
+        return value
+
+    def forget(self, key: str) -> None:
+        self._items.pop(key, None)
+
+
+class ControllerApi:
+    """GET/create/merge-patch with 404 as a value, and cached labels of nodes and namespaces."""
+
+    def __init__(self, client: KubeClient, *, label_ttl: float = 300.0) -> None:
+        self.client = client
+        self.nodes: TtlCache[dict[str, str] | None] = TtlCache(label_ttl)
+        self.namespaces: TtlCache[dict[str, str] | None] = TtlCache(min(label_ttl, 60.0))
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist (404)."""
+        try:
+            return await self.client.get(path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def create(self, collection: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.client.request("POST", collection, body=body)
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.client.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    async def _labels(self, path: str) -> dict[str, str] | None:
+        obj = await self.get(path)
+        if obj is None:
+            return None
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+
+    async def node_labels(self, name: str) -> dict[str, str] | None:
+        """Labels of node ``name`` (None: no such node)."""
+        return await self.nodes.get(name, lambda: self._labels(node_path(name)))
+
+    async def namespace_labels(self, name: str) -> dict[str, str] | None:
+        return await self.namespaces.get(name, lambda: self._labels(namespace_path(name)))

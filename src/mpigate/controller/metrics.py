@@ -1,0 +1,78 @@
+"""Prometheus metrics of the controller (a registry per controller; no global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+__all__ = ["ControllerMetrics"]
+
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class ControllerMetrics:
+    """Every metric the controller exports, registered in :attr:`registry`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.reconciles = Counter(
+            "mpigate_controller_reconciles",
+            "Reconciliations, by kind (networkpolicy, lifecycle, evidence) and result (created, "
+            "repaired, unchanged, recorded, skipped, error).",
+            ["kind", "result"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "mpigate_controller_errors",
+            "Failed reconciliations, by kind and reason (http-409, http-500, timeout, audit, ...).",
+            ["kind", "reason"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "mpigate_controller_reconcile_duration_seconds",
+            "Time of one reconciliation, by kind.",
+            ["kind"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self.lifecycle_records = Counter(
+            "mpigate_controller_lifecycle_records",
+            "Lifecycle records written, by event (admitted, started, suspended, succeeded, failed, deleted).",
+            ["event"],
+            registry=r,
+        )
+        self.gpu_seconds = Counter(
+            "mpigate_controller_gpu_seconds",
+            "GPU-seconds recorded when run segments closed, by team.",
+            ["team"],
+            registry=r,
+        )
+        self.evidence_records = Counter(
+            "mpigate_controller_evidence_records",
+            "Placement evidence records written, by compliance (true, false).",
+            ["compliant"],
+            registry=r,
+        )
+        self.residency_mismatches = Counter(
+            "mpigate_controller_residency_mismatches",
+            "Pods placed outside the regions their team or data classification allows, by team and "
+            "region (none: the node maps to no region).",
+            ["team", "region"],
+            registry=r,
+        )
+        self.events_failed = Counter(
+            "mpigate_controller_event_post_failures",
+            "Kubernetes Events that could not be posted (the action itself is unaffected).",
+            registry=r,
+        )
+        self.leader = Gauge(
+            "mpigate_controller_leader",
+            "1 while this instance holds the leader Lease and runs the handlers, else 0.",
+            registry=r,
+        )
+        self.config_reload_failures = Counter(
+            "mpigate_controller_config_reload_failures",
+            "Config bundles that failed to load (the last good one stays in use).",
+            registry=r,
+        )
+        self.config = Info("mpigate_controller_config", "The config revision in use.", registry=r)

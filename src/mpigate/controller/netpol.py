@@ -1,0 +1,286 @@
+"""The per-TrainJob NetworkPolicy, as a pure function of the config and the TrainJob.
+
+One NetworkPolicy ``mpigate-<job>`` per TrainJob in a team namespace, owned by the TrainJob
+(Kubernetes garbage-collects it with the job). It selects the job's pods by JobSet's label
+``jobset.sigs.k8s.io/jobset-name`` (every pod of a TrainJob carries it, the MPI launcher included)
+and allows, in both directions, only traffic among those pods — all TCP for the ``isolated``
+profile; sshd plus the pinned OpenMPI ranges of :meth:`NetworkProfile.port_ranges` for
+``pinned-ports`` — plus DNS to the cluster's DNS pods and the team's allowed egress. The shape is
+documented in docs/networking.md and docs/controller.md.
+
+Every field is written in the form the API server stores (explicit ``protocol``, explicit
+``policyTypes``), so that comparing the desired object with the stored one finds real drift only.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mpigate.config import Config
+from mpigate.config.model import EgressRule, NetworkProfile, Team
+
+__all__ = [
+    "CLASSIFICATION_LABEL",
+    "JOBSET_NAME_LABEL",
+    "MANAGED_BY_LABEL",
+    "MANAGED_BY_VALUE",
+    "PROFILE_ANNOTATION",
+    "PROFILE_REASON_ANNOTATION",
+    "TRAINJOB_LABEL",
+    "Drift",
+    "ProfileChoice",
+    "build_network_policy",
+    "choose_profile",
+    "drift",
+    "egress_rules",
+    "merge_patch",
+    "owner_reference",
+    "policy_name",
+    "repair_patch",
+]
+
+JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
+CLASSIFICATION_LABEL: Final = "mpigate.io/data-classification"
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE: Final = "mpigate"
+TRAINJOB_LABEL: Final = "mpigate.io/trainjob"
+TEAM_LABEL: Final = "mpigate.io/team"
+PROFILE_ANNOTATION: Final = "mpigate.io/network-profile"
+PROFILE_REASON_ANNOTATION: Final = "mpigate.io/network-profile-reason"
+DEFAULT_TRAINJOB_API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
+
+# How strict each profile mode is: a data classification may only tighten a team's posture.
+_STRICTNESS: Final = {"isolated": 0, "pinned-ports": 1}
+# The cluster DNS pods (kube-dns and CoreDNS both carry k8s-app=kube-dns), as in the rendered
+# namespace policies (templates/team/networkpolicies.yaml.j2).
+_DNS_PEER: Final = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
+_DNS_PORTS: Final = ({"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53})
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileChoice:
+    """The profile a job gets and why (``team nlp-team`` or ``data classification phi``)."""
+
+    profile: NetworkProfile
+    reason: str
+
+
+def policy_name(job: str) -> str:
+    """The NetworkPolicy's name for TrainJob ``job``."""
+    return f"mpigate-{job}"
+
+
+def choose_profile(config: Config, team: Team, labels: Mapping[str, Any]) -> ProfileChoice:
+    """The team's profile, or the data classification's when that one is stricter.
+
+    A classification such as ``phi`` can demand ``pinned-ports`` for a team whose default is
+    ``isolated``; it can never loosen a team that is ``pinned-ports`` already.
+    """
+    team_profile = config.network_profile_for(team.name)
+    choice = ProfileChoice(team_profile, f"team {team.name}")
+    label = labels.get(CLASSIFICATION_LABEL)
+    classification = config.org.data_classifications.get(label) if isinstance(label, str) else None
+    if classification is None or not classification.network_profile:
+        return choice
+    demanded = config.network_profiles.get(classification.network_profile)
+    if demanded is None:
+        return choice
+    if _STRICTNESS.get(demanded.mode, 0) > _STRICTNESS.get(team_profile.mode, 0):
+        return ProfileChoice(demanded, f"data classification {classification.name}")
+    return choice
+
+
+def egress_rules(config: Config, team: str) -> list[dict[str, Any]]:
+    """The team's allowed egress (its egress lists, then its own entries), one rule per entry."""
+    network = config.network_for(team)
+    rules: list[EgressRule] = []
+    for list_name in network.egress_lists:
+        rules.extend(config.egress_lists.get(list_name, ()))
+    rules.extend(network.egress)
+    return [_egress_rule(rule) for rule in rules]
+
+
+def _egress_rule(rule: EgressRule) -> dict[str, Any]:
+    block: dict[str, Any] = {"cidr": rule.cidr}
+    if rule.except_:
+        block["except"] = list(rule.except_)
+    out: dict[str, Any] = {"to": [{"ipBlock": block}]}
+    if rule.ports:
+        out["ports"] = [{"protocol": rule.protocol, "port": port} for port in rule.ports]
+    return out
+
+
+def _job_ports(profile: NetworkProfile) -> list[dict[str, Any]]:
+    if profile.mode != "pinned-ports":
+        return [{"protocol": "TCP"}]  # every TCP port, no UDP/SCTP
+    ports: list[dict[str, Any]] = []
+    for low, high in profile.port_ranges():
+        port: dict[str, Any] = {"protocol": "TCP", "port": low}
+        if high > low:
+            port["endPort"] = high
+        ports.append(port)
+    return ports
+
+
+def owner_reference(trainjob: Mapping[str, Any]) -> dict[str, Any]:
+    """The TrainJob as controlling owner (garbage collection deletes the policy with the job)."""
+    meta = trainjob.get("metadata") or {}
+    return {
+        "apiVersion": trainjob.get("apiVersion") or DEFAULT_TRAINJOB_API_VERSION,
+        "kind": "TrainJob",
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def build_network_policy(
+    config: Config, trainjob: Mapping[str, Any], team: Team | None = None
+) -> dict[str, Any] | None:
+    """The NetworkPolicy for ``trainjob``, or None when its namespace belongs to no team.
+
+    ``team`` overrides the namespace lookup (the controller has resolved it already).
+    """
+    meta = trainjob.get("metadata") or {}
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not isinstance(name, str) or not isinstance(namespace, str):
+        return None
+    team = team or config.team_for_namespace(namespace)
+    if team is None:
+        return None
+    raw_labels = meta.get("labels")
+    labels: Mapping[str, Any] = raw_labels if isinstance(raw_labels, Mapping) else {}
+    choice = choose_profile(config, team, labels)
+
+    def job_pods() -> dict[str, Any]:
+        return {"podSelector": {"matchLabels": {JOBSET_NAME_LABEL: name}}}
+
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": policy_name(name),
+            "namespace": namespace,
+            "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                "app.kubernetes.io/part-of": "mpigate",
+                TRAINJOB_LABEL: name,
+                TEAM_LABEL: team.name,
+            },
+            "annotations": {
+                PROFILE_ANNOTATION: choice.profile.name,
+                PROFILE_REASON_ANNOTATION: choice.reason,
+            },
+            "ownerReferences": [owner_reference(trainjob)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {JOBSET_NAME_LABEL: name}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [job_pods()], "ports": _job_ports(choice.profile)}],
+            "egress": [
+                {"to": [job_pods()], "ports": _job_ports(choice.profile)},
+                {"to": [copy.deepcopy(_DNS_PEER)], "ports": copy.deepcopy(list(_DNS_PORTS))},
+                *egress_rules(config, team.name),
+            ],
+        },
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """What differs between the desired policy and the stored one (empty: nothing)."""
+
+    fields: tuple[str, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.fields)
+
+    def __str__(self) -> str:
+        return ", ".join(self.fields) if self.fields else "nothing"
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _controller_refs(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    refs = meta.get("ownerReferences")
+    if not isinstance(refs, list):
+        return []
+    return [r for r in refs if isinstance(r, Mapping) and r.get("controller")]
+
+
+def drift(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> Drift:
+    """Which parts mpigate owns differ: ``spec``, ``labels``, ``annotations``, ``owner``.
+
+    Labels and annotations others add are left alone; only mpigate's keys are compared.
+    """
+    found: list[str] = []
+    if _canonical(actual.get("spec")) != _canonical(desired.get("spec")):
+        found.append("spec")
+    want_meta: Mapping[str, Any] = desired.get("metadata") or {}
+    have_meta: Mapping[str, Any] = actual.get("metadata") or {}
+    for key in ("labels", "annotations"):
+        want = want_meta.get(key) or {}
+        have = have_meta.get(key) or {}
+        if any(have.get(k) != v for k, v in want.items()):
+            found.append(key)
+    want_owner = [
+        {k: r.get(k) for k in ("kind", "name", "uid", "controller")} for r in _controller_refs(want_meta)
+    ]
+    have_owner = [
+        {k: r.get(k) for k in ("kind", "name", "uid", "controller")} for r in _controller_refs(have_meta)
+    ]
+    if want_owner != have_owner:
+        found.append("owner")
+    return Drift(tuple(found))
+
+
+def merge_patch(actual: Any, desired: Any) -> Any:
+    """An RFC 7386 JSON merge patch that turns ``actual`` into ``desired``.
+
+    Keys that ``actual`` has and ``desired`` lacks become ``null``; lists are replaced whole.
+    """
+    if not isinstance(desired, Mapping) or not isinstance(actual, Mapping):
+        return desired
+    patch: dict[str, Any] = {}
+    for key in actual:
+        if key not in desired:
+            patch[key] = None
+    for key, value in desired.items():
+        if key not in actual:
+            patch[key] = value
+        elif _canonical(actual[key]) != _canonical(value):
+            patch[key] = merge_patch(actual[key], value)
+    return patch
+
+
+def repair_patch(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch that puts mpigate's parts of ``actual`` back to ``desired``.
+
+    It carries ``metadata.resourceVersion`` so that the API server rejects it (409) when the object
+    changed in between; other owners' references, labels and annotations are kept.
+    """
+    want_meta: Mapping[str, Any] = desired.get("metadata") or {}
+    have_meta: Mapping[str, Any] = actual.get("metadata") or {}
+    others = [
+        r
+        for r in (have_meta.get("ownerReferences") or [])
+        if isinstance(r, Mapping) and not r.get("controller")
+    ]
+    meta: dict[str, Any] = {
+        "labels": dict(want_meta.get("labels") or {}),
+        "annotations": dict(want_meta.get("annotations") or {}),
+        "ownerReferences": [*want_meta.get("ownerReferences", []), *others],
+    }
+    if have_meta.get("resourceVersion"):
+        meta["resourceVersion"] = have_meta["resourceVersion"]
+    return {"metadata": meta, "spec": merge_patch(actual.get("spec") or {}, desired.get("spec") or {})}

@@ -1,0 +1,347 @@
+"""``mpigate controller``: composes config, credentials, audit trail, metrics, leader election
+and kopf into one process.
+
+Order of events: load the config (a tree that does not load is fatal at startup, later ones keep
+the last good revision) → open the audit trail → serve ``/metrics``, ``/healthz``, ``/readyz`` →
+wait for the leader Lease → run kopf with the handlers, a config reloader and a periodic resync
+until a signal, a lost Lease (exit 1) or kopf's end → release the Lease, close the audit trail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kopf
+from aiohttp import web
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from mpigate.admission.kube import KubeClient, KubeConfig
+from mpigate.admission.reload import ConfigStore
+from mpigate.audit import AsyncAuditLog, AuditMetrics, WriterOptions, load_signer
+from mpigate.config import Config
+
+from .api import ControllerApi
+from .events import EventPoster
+from .handlers import build_registry, build_settings
+from .leader import LeaseElector, LeaseSettings
+from .metrics import ControllerMetrics
+from .reconciler import Reconciler
+from .recording import AuditTrailRecorder, LogRecorder, Recorder
+
+__all__ = ["ControllerOptions", "ExitCode", "default_identity", "run_controller"]
+
+log = logging.getLogger(__name__)
+
+
+class ExitCode:
+    OK = 0
+    FAILED = 1  # the Lease was lost or kopf stopped by itself: restart as a candidate
+    CONFIG = 2
+
+
+def default_identity() -> str:
+    """``<pod name>-<random>``: unique per process, recognisable in the Lease."""
+    host = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{host}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    config_path: Path
+    kube: KubeConfig
+    audit_dir: Path | None = None
+    audit_key: Path | None = None
+    namespace_label: str | None = "mpigate.io/team"
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 8080
+    leader_election: bool = True
+    lease: LeaseSettings = field(default_factory=lambda: LeaseSettings(namespace="mpigate-system"))
+    identity: str = field(default_factory=default_identity)
+    resync_seconds: float = 300.0
+    reload_seconds: float = 5.0
+    watch_timeout: float = 300.0
+
+
+def connection_info(kube: KubeConfig) -> kopf.ConnectionInfo:
+    """kopf's credentials from mpigate's KubeConfig (a token file is re-read at each login)."""
+    token = kube.token
+    if kube.token_file is not None:
+        token = kube.token_file.read_text().strip()
+    return kopf.ConnectionInfo(
+        server=kube.server,
+        ca_data=kube.ca_data,
+        insecure=kube.insecure or None,
+        scheme="Bearer" if token else None,
+        token=token,
+        certificate_data=kube.client_cert,
+        private_key_data=kube.client_key,
+    )
+
+
+class _Health:
+    def __init__(self) -> None:
+        self.kopf_done: asyncio.Future[BaseException | None] | None = None
+        self.recorder: Recorder | None = None
+        self.store: ConfigStore | None = None
+
+
+def _metrics_app(metrics: ControllerMetrics, health: _Health) -> web.Application:
+    async def metrics_view(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def healthz(_: web.Request) -> web.Response:
+        problems = []
+        if health.kopf_done is not None and health.kopf_done.done():
+            problems.append("kopf stopped")
+        if health.recorder is not None and not health.recorder.healthy:
+            problems.append("audit trail unhealthy")
+        return web.Response(status=503 if problems else 200, text="; ".join(problems) or "ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        ready = health.store is not None and health.store.current is not None
+        return web.Response(status=200 if ready else 503, text="ok" if ready else "no config")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_view)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+def _bound_port(runner: web.AppRunner, default: int) -> int:
+    """The port actually bound (``--metrics-port 0`` picks a free one)."""
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return int(address[1])
+    return default
+
+
+async def _open_recorder(options: ControllerOptions, config: Config, metrics: ControllerMetrics) -> Recorder:
+    if options.audit_dir is None:
+        log.warning("no --audit-dir: lifecycle and evidence records go to the log only (not tamper-evident)")
+        return LogRecorder()
+    settings = config.org.audit
+    key = options.audit_key or (Path(settings.signing_key_file) if settings.signing_key_file else None)
+    signer = load_signer(settings.signing_method, key) if key is not None else None
+    audit_log = await AsyncAuditLog.open(
+        options.audit_dir,
+        source="controller",
+        signer=signer,
+        options=WriterOptions.from_settings(settings),
+        metrics=AuditMetrics(metrics.registry),
+    )
+    return AuditTrailRecorder(audit_log)
+
+
+async def _every(seconds: float, action: Callable[[], Awaitable[object]], what: str) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await action()
+        except Exception:  # a background loop must survive any single failure
+            log.exception("%s failed", what)
+
+
+async def run_controller(
+    options: ControllerOptions,
+    *,
+    stop: asyncio.Event | None = None,
+    metrics: ControllerMetrics | None = None,
+    started: Callable[[int], None] | None = None,
+) -> int:
+    """Run until ``stop`` (or SIGTERM/SIGINT); returns the process exit code.
+
+    ``started`` is called with the metrics port once it is bound (tests bind port 0)."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+    metrics = metrics or ControllerMetrics()
+    store = ConfigStore(options.config_path)
+    loaded = await store.load_now()
+    if loaded is None:
+        log.error("config at %s does not load: %s", options.config_path, store.last_error)
+        return ExitCode.CONFIG
+    metrics.config.info({"revision": loaded.revision})
+    health = _Health()
+    health.store = store
+
+    client = KubeClient(options.kube, user_agent="mpigate-controller", request_timeout=30.0)
+    recorder = await _open_recorder(options, loaded.config, metrics)
+    health.recorder = recorder
+    runner = web.AppRunner(_metrics_app(metrics, health), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, options.metrics_host, options.metrics_port)
+    await site.start()
+    if started is not None:
+        started(_bound_port(runner, options.metrics_port))
+    elector = (
+        LeaseElector(ControllerApi(client), options.lease, options.identity)
+        if options.leader_election
+        else None
+    )
+    try:
+        if elector is not None:
+            log.info(
+                "waiting for lease %s/%s as %s", options.lease.namespace, options.lease.name, options.identity
+            )
+            if not await elector.acquire(stop):
+                return ExitCode.OK
+        metrics.leader.set(1)
+        return await _lead(options, store, recorder, metrics, health, elector, stop)
+    finally:
+        metrics.leader.set(0)
+        if elector is not None:
+            await elector.release()
+        await recorder.close()
+        await runner.cleanup()
+        await client.close()
+
+
+class _KopfThread(threading.Thread):
+    """kopf and the reconciler in a thread with its own event loop.
+
+    kopf cancels, when it stops, every task of its loop that appeared while it ran ("hung
+    tasks"); in a loop of its own that cannot hit the metrics server, the Lease renewal or an
+    embedding application's tasks. The thread ends when ``stop_flag`` is set or kopf fails."""
+
+    def __init__(
+        self,
+        options: ControllerOptions,
+        store: ConfigStore,
+        recorder: Recorder,
+        metrics: ControllerMetrics,
+        done: Callable[[BaseException | None], None],
+    ) -> None:
+        super().__init__(name="kopf", daemon=True)
+        self.options = options
+        self.store = store
+        self.recorder = recorder
+        self.metrics = metrics
+        self.stop_flag = threading.Event()
+        self._done = done
+
+    def run(self) -> None:
+        error: BaseException | None = None
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # reported to the main loop, which decides the exit code
+            error = exc
+        self._done(error)
+
+    async def _main(self) -> None:
+        options, store, metrics = self.options, self.store, self.metrics
+        client = KubeClient(options.kube, user_agent="mpigate-controller", request_timeout=30.0)
+        api = ControllerApi(client)
+
+        def current_config() -> Config | None:
+            loaded = store.current
+            return loaded.config if loaded is not None else None
+
+        reconciler = Reconciler(
+            config=current_config,
+            api=api,
+            recorder=self.recorder,
+            metrics=metrics,
+            events=EventPoster(api, metrics, options.identity),
+            namespace_label=options.namespace_label,
+            clock=lambda: dt.datetime.now(dt.UTC),
+        )
+
+        async def reload() -> None:
+            changed = await store.poll()
+            if changed is False:
+                metrics.config_reload_failures.inc()
+            elif changed and store.current is not None:
+                metrics.config.info({"revision": store.current.revision})
+                await reconciler.resync()  # egress lists, profiles or teams may have changed
+
+        async def resync() -> None:
+            jobs, failures = await reconciler.resync()
+            log.info("resync: %d TrainJobs, %d failures", jobs, failures)
+
+        # Created before kopf starts, so that kopf does not count them among its own tasks.
+        background = [
+            asyncio.create_task(_every(options.reload_seconds, reload, "config reload"), name="reload"),
+            asyncio.create_task(_every(options.resync_seconds, resync, "resync"), name="resync"),
+        ]
+        try:
+            await kopf.operator(
+                registry=build_registry(reconciler, login=lambda **_: connection_info(options.kube)),
+                settings=build_settings(watch_timeout=options.watch_timeout),
+                clusterwide=True,
+                standalone=True,  # no kopf peering: the Lease decides who runs
+                stop_flag=self.stop_flag,
+            )
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await client.close()
+
+
+async def _lead(
+    options: ControllerOptions,
+    store: ConfigStore,
+    recorder: Recorder,
+    metrics: ControllerMetrics,
+    health: _Health,
+    elector: LeaseElector | None,
+    stop: asyncio.Event,
+) -> int:
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Future[BaseException | None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if not finished.done():
+            finished.set_result(error)
+
+    def done(error: BaseException | None) -> None:
+        loop.call_soon_threadsafe(settle, error)
+
+    thread = _KopfThread(options, store, recorder, metrics, done)
+    health.kopf_done = finished
+    thread.start()
+    waits: dict[str, asyncio.Future[Any]] = {"kopf": finished, "stop": asyncio.ensure_future(stop.wait())}
+    if elector is not None:
+        waits["lease"] = asyncio.ensure_future(elector.hold())
+    code = ExitCode.OK
+    try:
+        done_set, _ = await asyncio.wait(waits.values(), return_when=asyncio.FIRST_COMPLETED)
+        first = next(iter(done_set))
+        if first is waits.get("lease"):
+            exc = first.exception()
+            log.error("%s; stopping (a standby takes over)", exc)
+            code = ExitCode.FAILED
+        elif first is finished:
+            if finished.result() is not None:
+                log.error("kopf stopped: %s", finished.result())
+            else:
+                log.error("kopf stopped by itself")
+            code = ExitCode.FAILED
+    finally:
+        thread.stop_flag.set()
+        for name, waiting in waits.items():
+            if name != "kopf":
+                waiting.cancel()
+        # After a lost Lease another replica may already lead: stop at once (the kopf thread is a
+        # daemon and dies with the process); a graceful stop lets handlers finish.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(finished), timeout=5 if code == ExitCode.FAILED else 30)
+        await asyncio.gather(*(w for n, w in waits.items() if n != "kopf"), return_exceptions=True)
+    return code

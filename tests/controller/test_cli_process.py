@@ -1,0 +1,86 @@
+"""``mpigate controller`` as a process: kubeconfig credentials reach kopf and the controller's own
+calls, the Lease is taken, SIGTERM stops it cleanly and releases the Lease."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import kmock as kmock_lib
+import yaml
+from tests.conftest import REPO
+from tests.controller.conftest import example_job
+from tests.controller.kube import NP, TJ, alive, declare, wait_for
+
+from mpigate.audit import generate_key
+
+LEASE = ("coordination.k8s.io/v1/leases", "mpigate-system", "mpigate-controller")
+
+
+async def test_runs_from_a_kubeconfig_and_stops_on_sigterm(
+    kmock: kmock_lib.KubernetesEmulator, tmp_path: Path
+) -> None:
+    declare(kmock)
+    job = example_job("minimal", uid="uid-proc")
+    kmock.objects[TJ, "nlp-team", "minimal"] = job
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "ctl"}}],
+                "clusters": [{"name": "fake", "cluster": {"server": str(kmock.url).rstrip("/")}}],
+                "users": [{"name": "ctl", "user": {"token": "s3cr3t-token"}}],
+            }
+        )
+    )
+    key = tmp_path / "audit.key"
+    key.write_bytes(generate_key("hmac-sha256")[0])
+    env = {**os.environ, "POD_NAME": "ctl-pod", "POD_NAMESPACE": "mpigate-system"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "mpigate",
+        "controller",
+        "--config",
+        str(REPO),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--audit-dir",
+        str(tmp_path / "audit"),
+        "--audit-key",
+        str(key),
+        "--metrics-port",
+        "0",
+        "--log-format",
+        "text",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"), timeout=30, what="policy")
+        holder = alive(kmock, *LEASE)["spec"]["holderIdentity"]
+        assert holder.startswith("ctl-pod-")
+        auth = {
+            r.headers.get("Authorization") for r in kmock["/apis/trainer.kubeflow.org/v1alpha1/trainjobs"]
+        }
+        auth |= {
+            r.headers.get("Authorization")
+            for r in kmock["post", "/apis/networking.k8s.io/v1/namespaces/nlp-team/networkpolicies"]
+        }
+        assert auth == {"Bearer s3cr3t-token"}  # kopf's watch and the controller's create
+        process.send_signal(signal.SIGTERM)
+        output, _ = await asyncio.wait_for(process.communicate(), 30)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, output.decode()[-3000:]
+    assert alive(kmock, *LEASE)["spec"].get("holderIdentity") is None  # released for the standby
+    assert b"released lease mpigate-system/mpigate-controller" in output

@@ -1,0 +1,115 @@
+"""webhooks/ installs the controller as it runs: valid arguments, probes on its metrics port, the
+Lease identity from the downward API, and RBAC for exactly the calls it makes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from click.testing import CliRunner
+from tests.conftest import REPO
+
+from mpigate.cli.controller_commands import controller_command
+from mpigate.controller import handlers
+from mpigate.controller.leader import LeaseSettings
+from mpigate.render import read_objects
+
+
+def one(kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    found = [
+        o
+        for _, o in read_objects(REPO / "webhooks")
+        if o["kind"] == kind
+        and o["metadata"]["name"] == name
+        and (namespace is None or o["metadata"].get("namespace") == namespace)
+    ]
+    assert len(found) == 1, (kind, name)
+    return found[0]
+
+
+def test_deployment_arguments_probes_and_volumes() -> None:
+    pod = one("Deployment", "mpigate-controller")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    ctx = controller_command.make_context("controller", list(container["args"][1:]))  # raises if invalid
+    assert ctx.params["audit_dir"].as_posix() == "/var/lib/mpigate/audit"
+    assert ctx.params["metrics_port"] == 8080
+    assert ctx.params["leader_elect"] is True
+    assert ctx.params["namespace_label"] == "mpigate.io/team"  # the webhooks' namespaceSelector key
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["audit"] == "/var/lib/mpigate/audit" and "emptyDir" in volumes["audit"]
+    assert volumes["audit-key"]["secret"]["secretName"] == "mpigate-audit-key"
+    assert mounts["config"] == "/etc/mpigate/config"
+
+
+def rules(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_rbac_grants_what_the_controller_calls_and_no_deletes() -> None:
+    granted = rules(one("ClusterRole", "mpigate-controller"))
+    trainer, _, trainjobs = handlers.TRAINJOBS
+    needed = {
+        # kopf: list+watch of every watched resource; patch for its progress annotations and ours
+        (trainer, trainjobs, "list"),
+        (trainer, trainjobs, "watch"),
+        (trainer, trainjobs, "patch"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("networking.k8s.io", "networkpolicies", "list"),
+        ("networking.k8s.io", "networkpolicies", "watch"),
+        # the reconciler
+        ("networking.k8s.io", "networkpolicies", "get"),
+        ("networking.k8s.io", "networkpolicies", "create"),
+        ("networking.k8s.io", "networkpolicies", "patch"),
+        (trainer, "trainjobs/finalizers", "update"),  # blockOwnerDeletion in the owner reference
+        ("", "nodes", "get"),
+        ("", "namespaces", "get"),
+        ("", "events", "create"),
+        (trainer, "trainingruntimes", "get"),
+        (trainer, "clustertrainingruntimes", "get"),
+    }
+    assert needed <= granted, needed - granted
+    assert not {g for g in granted if g[2] in ("delete", "deletecollection", "*")}
+    lease = rules(one("Role", "mpigate-controller-leader-election", "mpigate-system"))
+    assert {("coordination.k8s.io", "leases", v) for v in ("get", "create", "patch")} <= lease
+    assert LeaseSettings(namespace="mpigate-system").name == "mpigate-controller"
+
+
+def test_print_netpol_needs_no_cluster() -> None:
+    result = CliRunner().invoke(
+        controller_command,
+        [
+            "--config",
+            str(REPO),
+            "--print-netpol",
+            str(REPO / "examples/trainjobs/phi-pinned.yaml"),
+            "-o",
+            "json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert '"name": "mpigate-phi-finetune"' in result.output
+    assert '"uid": "<uid of the TrainJob>"' in result.output
+    stray = CliRunner().invoke(
+        controller_command,
+        [
+            "--config",
+            str(REPO),
+            "--print-netpol",
+            str(REPO / "examples/trainjobs/deny-unmanaged-namespace.yaml"),
+        ],
+    )
+    assert stray.exit_code == 1
+    assert "namespace sandbox belongs to no team" in stray.output

@@ -1,0 +1,587 @@
+"""The controller end to end, in-process, against kmock: kopf watches, leader Lease, NetworkPolicies
+created and repaired, lifecycle and evidence records in a real audit trail, Events, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import kmock as kmock_lib
+import pytest
+import pytest_asyncio
+from tests.conftest import REPO
+from tests.controller.conftest import example_job
+from tests.controller.kube import NP, PODS, TJ, Api, alive, declare, events, holds, wait_for
+
+from mpigate.admission.kube import KubeConfig
+from mpigate.audit import KeyRing, generate_key, read_chains
+from mpigate.controller.leader import LeaseSettings
+from mpigate.controller.metrics import ControllerMetrics
+from mpigate.controller.runner import ControllerOptions, run_controller
+
+JOBSET = "jobset.sigs.k8s.io/jobset-name"
+RECONCILES = "mpigate_controller_reconciles_total"
+
+
+@dataclass
+class Controller:
+    options: ControllerOptions
+    metrics: ControllerMetrics
+    stop: asyncio.Event
+    task: asyncio.Task[int]
+    port: asyncio.Future[int]
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels)
+        return value or 0.0
+
+    async def shutdown(self) -> int:
+        self.stop.set()
+        return await asyncio.wait_for(self.task, 30)
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "audit.key"
+    path.write_bytes(generate_key("hmac-sha256")[0])
+    return path
+
+
+def options_for(
+    kmock: kmock_lib.KubernetesEmulator, tmp_path: Path, key_file: Path, **changes: Any
+) -> ControllerOptions:
+    base = ControllerOptions(
+        config_path=REPO,
+        kube=KubeConfig(server=str(kmock.url).rstrip("/")),
+        audit_dir=tmp_path / "audit",
+        audit_key=key_file,
+        metrics_host="127.0.0.1",
+        metrics_port=0,
+        lease=LeaseSettings(
+            namespace="mpigate-system", lease_duration=2.0, renew_deadline=1.5, retry_period=0.2
+        ),
+        identity="controller-a",
+        resync_seconds=3600,
+        reload_seconds=3600,
+        watch_timeout=60,
+    )
+    return replace(base, **changes)
+
+
+def start(options: ControllerOptions) -> Controller:
+    loop = asyncio.get_running_loop()
+    port: asyncio.Future[int] = loop.create_future()
+    stop = asyncio.Event()
+    metrics = ControllerMetrics()
+    task = asyncio.create_task(run_controller(options, stop=stop, metrics=metrics, started=port.set_result))
+    return Controller(options, metrics, stop, task, port)
+
+
+@pytest_asyncio.fixture
+async def api(kmock: kmock_lib.KubernetesEmulator) -> AsyncIterator[Api]:
+    declare(kmock)
+    async with aiohttp.ClientSession(base_url=str(kmock.url)) as session:
+        yield Api(session)
+
+
+@pytest_asyncio.fixture
+async def controller(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, tmp_path: Path, key_file: Path
+) -> AsyncIterator[Controller]:
+    running = start(options_for(kmock, tmp_path, key_file))
+    await wait_for(
+        lambda: running.metric("mpigate_controller_leader") == 1 or running.task.done(), what="leader"
+    )
+    yield running
+    if not running.task.done():
+        assert await running.shutdown() == 0
+
+
+def trainjob(name: str, *, uid: str, namespace: str | None = None, **spec: Any) -> dict[str, Any]:
+    job = example_job(name, uid=uid)
+    if namespace:
+        job["metadata"]["namespace"] = namespace
+    job["metadata"]["creationTimestamp"] = "2026-11-22T09:00:00Z"
+    job["spec"].update(spec)
+    return job
+
+
+async def test_policies_for_both_profiles_owned_by_their_jobs(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
+) -> None:
+    await api.create(TJ, "nlp-team", trainjob("phi-pinned", uid="uid-phi"))  # isolated team, phi → pinned
+    await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))  # isolated
+    await api.create(TJ, "research", trainjob("cpu-smoke", uid="uid-cpu"))  # pinned-ports team
+    await api.create(TJ, "cv-team", trainjob("cv-large", uid="uid-cv"))  # namespace lacks mpigate.io/team
+
+    phi = await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-phi-finetune"), what="phi policy")
+    minimal = await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"), what="minimal policy")
+    smoke = await wait_for(lambda: alive(kmock, NP, "research", "mpigate-cpu-smoke"), what="research policy")
+
+    pinned = [
+        {"protocol": "TCP", "port": 2222},
+        {"protocol": "TCP", "port": 40000, "endPort": 40099},
+        {"protocol": "TCP", "port": 40200, "endPort": 40210},
+    ]
+    for policy, job, uid, ports in (
+        (phi, "phi-finetune", "uid-phi", pinned),
+        (smoke, "cpu-smoke", "uid-cpu", pinned),
+        (minimal, "minimal", "uid-min", [{"protocol": "TCP"}]),
+    ):
+        assert policy["spec"]["podSelector"] == {"matchLabels": {JOBSET: job}}
+        assert policy["spec"]["ingress"] == [
+            {"from": [{"podSelector": {"matchLabels": {JOBSET: job}}}], "ports": ports}
+        ]
+        assert policy["spec"]["egress"][0]["ports"] == ports
+        assert policy["spec"]["egress"][1]["ports"] == [
+            {"protocol": "UDP", "port": 53},
+            {"protocol": "TCP", "port": 53},
+        ]
+        assert policy["metadata"]["ownerReferences"] == [
+            {
+                "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                "kind": "TrainJob",
+                "name": job,
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    assert (await wait_for(lambda: events(kmock, "nlp-team", "phi-finetune")))[0] == (
+        "Normal",
+        "NetworkPolicyCreated",
+        "Created NetworkPolicy mpigate-phi-finetune: profile pinned-ports (data classification phi).",
+    )
+    # the phi job has no pinned environment (no webhook here): the controller says so
+    missing = await wait_for(
+        lambda: [e for e in events(kmock, "nlp-team", "phi-finetune") if e[1] == "PinnedPortsEnvMissing"]
+    )
+    assert "lacks OMPI_MCA_btl_tcp_port_min_v4, OMPI_MCA_btl_tcp_port_range_v4" in missing[0][2]
+    assert alive(kmock, NP, "cv-team", "mpigate-cv-large") is None
+    assert events(kmock, "cv-team", "cv-large") == []
+
+    # kopf keeps its state in mpigate.io annotations: no status, no finalizers on the TrainJob
+    def kopf_state() -> Any:
+        stored = alive(kmock, TJ, "nlp-team", "phi-finetune")
+        annotations = stored["metadata"].get("annotations", {})
+        return "mpigate.io/last-handled-configuration" in annotations and stored
+
+    stored = await wait_for(kopf_state, what="kopf's diff-base annotation")
+    assert "status" not in stored
+    assert "finalizers" not in stored["metadata"]
+    foreign = [k for k in stored["metadata"]["annotations"] if not k.startswith("mpigate.io/")]
+    assert foreign == []
+    await wait_for(lambda: controller.metric(RECONCILES, kind="networkpolicy", result="created") == 3)
+
+
+async def test_metrics_endpoint_serves_the_controller_metrics(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
+) -> None:
+    await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
+    await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"))
+    port = await controller.port
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{port}/metrics") as resp:
+            assert resp.status == 200
+            text = await resp.text()
+        async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
+            assert (resp.status, await resp.text()) == (200, "ok")
+        async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
+            assert resp.status == 200
+    assert "mpigate_controller_leader 1.0" in text
+    assert 'mpigate_controller_reconciles_total{kind="networkpolicy",result="created"} 1.0' in text
+    assert "mpigate_audit_write_failures_total" in text  # the audit writer's metrics, same registry
+
+
+async def test_deleted_and_edited_policies_are_restored(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
+) -> None:
+    await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
+    original = await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"))
+
+    await api.delete(NP, "nlp-team", "mpigate-minimal")
+    again = await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"), what="recreated policy")
+    assert again["spec"] == original["spec"]
+    assert again["metadata"]["ownerReferences"][0]["uid"] == "uid-min"
+    assert (
+        "Warning",
+        "NetworkPolicyRepaired",
+        "NetworkPolicy mpigate-minimal had been deleted; recreated it.",
+    ) in (await wait_for(lambda: events(kmock, "nlp-team", "minimal")[1:]))
+
+    opened = {"spec": {"ingress": [{"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]}}
+    await api.patch(NP, "nlp-team", "mpigate-minimal", opened)
+    restored = await wait_for(
+        lambda: (
+            (p := alive(kmock, NP, "nlp-team", "mpigate-minimal")) and p["spec"] == original["spec"] and p
+        ),
+        what="restored spec",
+    )
+    assert restored["spec"]["ingress"][0]["from"] == [{"podSelector": {"matchLabels": {JOBSET: "minimal"}}}]
+    found = await wait_for(
+        lambda: [e for e in events(kmock, "nlp-team", "minimal") if "had been changed" in e[2]], what="event"
+    )
+    assert found == [
+        (
+            "Warning",
+            "NetworkPolicyRepaired",
+            "NetworkPolicy mpigate-minimal had been changed (spec); restored it.",
+        )
+    ]
+    await wait_for(
+        lambda: (
+            controller.metric("mpigate_controller_reconciles_total", kind="networkpolicy", result="repaired")
+            == 1
+        )
+    )
+
+
+async def test_policy_unlabelled_by_someone_is_restored_by_the_resync(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, tmp_path: Path, key_file: Path
+) -> None:
+    """A policy stripped of its managed-by label leaves the label-selected watch: the periodic
+    resync still finds and repairs it."""
+    running = start(options_for(kmock, tmp_path, key_file, resync_seconds=0.5))
+    try:
+        await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
+        await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"))
+        await api.patch(
+            NP,
+            "nlp-team",
+            "mpigate-minimal",
+            {"metadata": {"labels": {"app.kubernetes.io/managed-by": None}}},
+        )
+        await wait_for(
+            lambda: (
+                alive(kmock, NP, "nlp-team", "mpigate-minimal")["metadata"]["labels"].get(
+                    "app.kubernetes.io/managed-by"
+                )
+                == "mpigate"
+            ),
+            what="label restored",
+        )
+        assert (
+            "Warning",
+            "NetworkPolicyRepaired",
+            "NetworkPolicy mpigate-minimal had been changed (labels); restored it.",
+        ) in events(kmock, "nlp-team", "minimal")
+    finally:
+        assert await running.shutdown() == 0
+
+
+async def test_500_on_create_is_reported_and_retried(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
+) -> None:
+    """The API server answers 500 to the create. (kmock keeps what was posted even when a reaction
+    answers, like a write that committed before the error reached the client: the retry reads and
+    compares it.)"""
+    kmock["post", "/apis/networking.k8s.io/v1/namespaces/nlp-team/networkpolicies"][:1] << 500
+    await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
+    failed = await wait_for(
+        lambda: [e for e in events(kmock, "nlp-team", "minimal") if e[1] == "NetworkPolicyFailed"]
+    )
+    assert failed[0][0] == "Warning"
+    assert "Could not create or repair NetworkPolicy mpigate-minimal: POST" in failed[0][2]
+    assert "HTTP 500" in failed[0][2]
+    await wait_for(
+        lambda: (
+            controller.metric("mpigate_controller_reconciles_total", kind="networkpolicy", result="unchanged")
+            >= 1
+        ),
+        what="a successful retry",
+    )
+    assert controller.metric("mpigate_controller_errors_total", kind="networkpolicy", reason="http-500") == 1
+    # kopf kept the retry in the TrainJob's mpigate.io annotations (never in its status)
+    progress = [
+        r.data["metadata"]["annotations"]["mpigate.io/network-policy"]
+        for r in kmock["patch", "/apis/trainer.kubeflow.org/v1alpha1/namespaces/nlp-team/trainjobs/minimal"]
+        if "mpigate.io/network-policy" in (r.data.get("metadata", {}).get("annotations") or {})
+        and "status" not in r.data
+    ]
+    assert any('"retries":1' in p and "HTTP 500" in p for p in progress if p)
+    policy = alive(kmock, NP, "nlp-team", "mpigate-minimal")
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == "uid-min"
+
+
+async def test_409_on_create_reads_compares_and_repairs(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
+) -> None:
+    """Someone created a policy of that name between the controller's read and its create."""
+    squatter = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "mpigate-minimal", "namespace": "nlp-team", "labels": {"owner.example/x": "y"}},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]},
+    }
+    kmock.objects[NP, "nlp-team", "mpigate-minimal"] = squatter
+    kmock["get", "/apis/networking.k8s.io/v1/namespaces/nlp-team/networkpolicies/mpigate-minimal"][:1] << 404
+    await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
+    repaired = await wait_for(
+        lambda: (
+            (p := alive(kmock, NP, "nlp-team", "mpigate-minimal"))
+            and p["metadata"].get("ownerReferences")
+            and p
+        ),
+        what="repaired policy",
+    )
+    assert repaired["spec"]["podSelector"] == {"matchLabels": {JOBSET: "minimal"}}
+    assert repaired["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert repaired["metadata"]["labels"]["owner.example/x"] == "y"  # other owners' labels stay
+    posts = list(kmock["post", "/apis/networking.k8s.io/v1/namespaces/nlp-team/networkpolicies"])
+    assert len(posts) == 1  # created once, answered 409, then read and patched
+    await wait_for(
+        lambda: controller.metric(
+            "mpigate_controller_reconciles_total", kind="networkpolicy", result="repaired"
+        )
+    )
+    assert controller.metric("mpigate_controller_errors_total", kind="networkpolicy", reason="http-409") == 0
+
+
+def pod(
+    name: str, job: str, replicated: str, node: str, uid: str, started: str, finished: str | None = None
+) -> dict[str, Any]:
+    state: dict[str, Any] = {"running": {"startedAt": started}}
+    if finished:
+        state = {"terminated": {"startedAt": started, "finishedAt": finished, "exitCode": 0}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "nlp-team",
+            "uid": uid,
+            "labels": {JOBSET: job, "jobset.sigs.k8s.io/replicatedjob-name": replicated},
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "node", "image": "x"}]},
+        "status": {
+            "phase": "Succeeded" if finished else "Running",
+            "containerStatuses": [{"name": "node", "state": state}],
+        },
+    }
+
+
+def condition(kind: str, status: str, at: str, reason: str) -> dict[str, Any]:
+    return {"type": kind, "status": status, "reason": reason, "message": "", "lastTransitionTime": at}
+
+
+async def test_lifecycle_and_evidence_records_in_the_audit_trail(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller, key_file: Path
+) -> None:
+    """A Kueue job through admission, start, success and deletion with re-delivered events; its two
+    pods run in eu and — wrongly — in us. ``minimal`` asks 4 GPUs per pod (node and launcher)."""
+    job = trainjob("minimal", uid="uid-life", suspend=True)
+    job["status"] = {"conditions": [condition("Suspended", "True", "2026-11-22T09:00:01Z", "Suspended")]}
+    await api.create(TJ, "nlp-team", job)
+    admitted = {
+        "spec": {"suspend": False},
+        "status": {"conditions": [condition("Suspended", "False", "2026-11-22T10:00:00Z", "Resumed")]},
+    }
+    await api.patch(TJ, "nlp-team", "minimal", admitted)
+    await api.create(
+        PODS,
+        "nlp-team",
+        pod("minimal-node-0-0-aaaaa", "minimal", "node", "gpu-eu-1", "p-1", "2026-11-22T10:01:00Z"),
+    )
+    await api.create(
+        PODS,
+        "nlp-team",
+        pod("minimal-launcher-0-0-bbbbb", "minimal", "launcher", "gpu-us-1", "p-2", "2026-11-22T10:01:30Z"),
+    )
+
+    def annotation(key: str) -> str:
+        stored = alive(kmock, TJ, "nlp-team", "minimal") or {}
+        return str(stored.get("metadata", {}).get("annotations", {}).get(key, ""))
+
+    await wait_for(lambda: annotation("mpigate.io/lifecycle").count("@") == 2, what="admitted and started")
+    assert annotation("mpigate.io/lifecycle") == "admitted@2026-11-22T10:00:00Z,started@2026-11-22T10:01:00Z"
+    await wait_for(lambda: annotation("mpigate.io/evidence").count(",") == 1, what="both placements")
+    mismatch = await wait_for(
+        lambda: [e for e in events(kmock, "nlp-team", "minimal") if e[1] == "ResidencyMismatch"]
+    )
+    assert mismatch == [
+        (
+            "Warning",
+            "ResidencyMismatch",
+            "pod minimal-launcher-0-0-bbbbb runs on node gpu-us-1 in region us "
+            "(topology.kubernetes.io/region=us-east-1); allowed: eu (team nlp-team is in eu)",
+        )
+    ]
+
+    # the pods finish, Trainer marks the job Complete; then events are re-delivered many times
+    for name, uid, replicated, node, start, end in (
+        ("minimal-node-0-0-aaaaa", "p-1", "node", "gpu-eu-1", "2026-11-22T10:01:00Z", "2026-11-22T10:31:00Z"),
+        (
+            "minimal-launcher-0-0-bbbbb",
+            "p-2",
+            "launcher",
+            "gpu-us-1",
+            "2026-11-22T10:01:30Z",
+            "2026-11-22T10:31:30Z",
+        ),
+    ):
+        await api.patch(
+            PODS,
+            "nlp-team",
+            name,
+            {"status": pod(name, "minimal", replicated, node, uid, start, end)["status"]},
+        )
+    done = [
+        condition("Suspended", "False", "2026-11-22T10:00:00Z", "Resumed"),
+        condition("Complete", "True", "2026-11-22T10:32:00Z", "JobsCompleted"),
+    ]
+    await api.patch(TJ, "nlp-team", "minimal", {"status": {"conditions": done}})
+    await wait_for(
+        lambda: "succeeded@2026-11-22T10:32:00Z" in annotation("mpigate.io/lifecycle"), what="succeeded"
+    )
+    for i in range(3):
+        await api.patch(
+            TJ, "nlp-team", "minimal", {"metadata": {"annotations": {"example.com/touch": str(i)}}}
+        )
+        await api.patch(
+            PODS, "nlp-team", "minimal-node-0-0-aaaaa", {"metadata": {"annotations": {"touch": str(i)}}}
+        )
+    await wait_for(lambda: annotation("example.com/touch") == "2")
+    await api.delete(TJ, "nlp-team", "minimal")
+    await wait_for(
+        lambda: controller.metric("mpigate_controller_lifecycle_records_total", event="deleted") == 1
+    )
+    assert (
+        controller.metric("mpigate_controller_residency_mismatches_total", team="nlp-team", region="us") == 1
+    )
+    assert controller.metric("mpigate_controller_gpu_seconds_total", team="nlp-team") == 14400
+    assert await controller.shutdown() == 0  # closes the audit trail with a signed checkpoint
+
+    reading = read_chains([controller.options.audit_dir], keys=KeyRing.load([key_file]))
+    records = [entry.record for entry in reading]
+    assert reading.ok, [r.to_dict() for r in reading.reports]
+    lifecycle = [r for r in records if r["stage"] == "lifecycle"]
+    assert [(r["lifecycle"]["event"], r["lifecycle"]["at"]) for r in lifecycle] == [
+        ("admitted", "2026-11-22T10:00:00Z"),
+        ("started", "2026-11-22T10:01:00Z"),
+        ("succeeded", "2026-11-22T10:32:00Z"),
+        ("deleted", lifecycle[-1]["lifecycle"]["at"]),
+    ]
+    succeeded = lifecycle[2]
+    assert succeeded["source"] == "controller"
+    assert succeeded["team"] == "nlp-team"
+    assert succeeded["object"] == {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "namespace": "nlp-team",
+        "name": "minimal",
+    }
+    # 4 GPUs × 30 min for each pod
+    assert {
+        k: succeeded["lifecycle"][k] for k in ("uid", "gpus", "gpuSeconds", "started", "finished", "reason")
+    } == {
+        "uid": "uid-life",
+        "gpus": 8,
+        "gpuSeconds": 14400.0,
+        "started": "2026-11-22T10:01:00Z",
+        "finished": "2026-11-22T10:32:00Z",
+        "reason": "JobsCompleted",
+    }
+    assert lifecycle[3]["lifecycle"]["gpuSeconds"] == 0.0
+    evidence = sorted((r for r in records if r["stage"] == "evidence"), key=lambda r: r["evidence"]["pod"])
+    assert [
+        (
+            e["evidence"]["pod"],
+            e["evidence"]["node"],
+            e["evidence"]["region"],
+            e["evidence"]["details"]["compliant"],
+        )
+        for e in evidence
+    ] == [
+        ("minimal-launcher-0-0-bbbbb", "gpu-us-1", "us", False),
+        ("minimal-node-0-0-aaaaa", "gpu-eu-1", "eu", True),
+    ]
+    assert evidence[1]["evidence"]["zone"] == "eu-west-1a"
+    assert evidence[1]["evidence"]["flavor"] == "a100-eu"
+    assert evidence[0]["evidence"]["details"]["expectedRegions"] == ["eu"]
+
+
+async def test_only_the_lease_holder_acts_and_a_standby_takes_over(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, tmp_path: Path, key_file: Path
+) -> None:
+    first = start(options_for(kmock, tmp_path / "a", key_file, identity="controller-a"))
+    second: Controller | None = None
+    events_path = "/api/v1/namespaces/nlp-team/events"
+    try:
+        await wait_for(lambda: first.metric("mpigate_controller_leader") == 1, what="a leads")
+        second = start(options_for(kmock, tmp_path / "b", key_file, identity="controller-b"))
+        lease_reads = "/apis/coordination.k8s.io/v1/namespaces/mpigate-system/leases/mpigate-controller"
+        await wait_for(lambda: len(list(kmock["get", lease_reads])) >= 6, what="b trying")
+        assert second.metric("mpigate_controller_leader") == 0
+        lease = alive(kmock, "coordination.k8s.io/v1/leases", "mpigate-system", "mpigate-controller")
+        assert lease["spec"]["holderIdentity"] == "controller-a"
+
+        await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
+        posted = await wait_for(lambda: [r.data for r in kmock["post", events_path]], what="event")
+        assert {e["reportingInstance"] for e in posted} == {"controller-a"}
+
+        assert await first.shutdown() == 0  # releases the lease: b takes over at once
+        await wait_for(lambda: second.metric("mpigate_controller_leader") == 1, timeout=5, what="b leads")
+        await wait_for(
+            lambda: second.metric(RECONCILES, kind="networkpolicy", result="unchanged"),
+            what="b has seen the policy",
+        )
+        await api.delete(NP, "nlp-team", "mpigate-minimal")
+        await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"), what="b repairs")
+        repaired = await wait_for(
+            lambda: [
+                r.data for r in kmock["post", events_path] if r.data["reportingInstance"] == "controller-b"
+            ]
+        )
+        assert repaired[0]["reason"] == "NetworkPolicyRepaired"
+        assert await second.shutdown() == 0
+    finally:
+        for running in (first, second):
+            if running is not None and not running.task.done():
+                await running.shutdown()
+
+
+async def test_a_leader_that_loses_its_lease_stops(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
+) -> None:
+    lease = ("coordination.k8s.io/v1/leases", "mpigate-system", "mpigate-controller")
+    await wait_for(lambda: alive(kmock, *lease))
+    await api.patch(
+        *lease, {"spec": {"holderIdentity": "intruder", "renewTime": "2026-11-22T10:00:00.000000Z"}}
+    )
+    assert await asyncio.wait_for(controller.task, 10) == 1
+    assert controller.metric("mpigate_controller_leader") == 0
+
+
+async def test_a_config_that_does_not_load_is_fatal_at_startup(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, tmp_path: Path, key_file: Path
+) -> None:
+    broken = tmp_path / "config"
+    broken.mkdir()
+    (broken / "org.yaml").write_text(
+        "apiVersion: mpigate.io/v1alpha1\nkind: OrgPolicy\nmetadata: {name: x}\nspec: {bogus: 1}\n"
+    )
+    running = start(options_for(kmock, tmp_path, key_file, config_path=broken))
+    assert await asyncio.wait_for(running.task, 10) == 2
+    assert (
+        list(kmock["get", "/apis/coordination.k8s.io/v1/namespaces/mpigate-system/leases/mpigate-controller"])
+        == []
+    )
+
+
+async def test_policy_garbage_collected_with_its_job_is_not_recreated(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
+) -> None:
+    await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
+    await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"))
+    await api.delete(TJ, "nlp-team", "minimal")
+    await api.delete(NP, "nlp-team", "mpigate-minimal")  # what the garbage collector does
+    await wait_for(
+        lambda: controller.metric("mpigate_controller_lifecycle_records_total", event="deleted") == 1
+    )
+    # a negative claim needs a window: a wrong recreation would show within it
+    assert await holds(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal") is None, window=0.5)
+    assert [e[1] for e in events(kmock, "nlp-team", "minimal")] == ["NetworkPolicyCreated"]
