@@ -171,6 +171,7 @@ def _placements(job: Job, rng: random.Random) -> list[dict[str, Any]]:
                 pod=f"{job.name}-node-{pod}",
                 node=f"gpu-{region}-{rng.randrange(1, 40):02d}",
                 region=region,
+                details={"expectedRegions": [job.team.region], "compliant": region == job.team.region},
             )
         )
     return out
@@ -270,7 +271,7 @@ def write_sample(
             labels = {"mpigate.io/cost-center": job.team.cost_center} if job.team.cost_center else None
             ckey = (job.team.name, str(job.gpus))
             if ckey not in lifecycle_pool:
-                lifecycle_pool[ckey] = lifecycle_record("started", gpu_seconds=0, labels=labels, **ident)  # type: ignore[arg-type]
+                lifecycle_pool[ckey] = lifecycle_record("started", labels=labels, **ident)  # type: ignore[arg-type]
             base = lifecycle_pool[ckey]
             obj = {**base["object"], "name": job.name}
 
@@ -286,13 +287,15 @@ def write_sample(
                 lifecycle = {**base["lifecycle"], "event": event, "gpuSeconds": seconds, "uid": uid}
                 return {**base, "object": obj, "lifecycle": lifecycle}
 
-            controller.add(started, life("started", 0))
+            # as the controller writes them: succeeded closes the run segment with its GPU-seconds,
+            # the deletion after it closes nothing
+            controller.add(started, life("started", None))
             for placement in _placements(job, rng):
                 controller.add(started, placement)
-            controller.add(finished, life("finished", gpu_seconds))
+            controller.add(finished, life("succeeded", gpu_seconds))
             if job.deleted:
                 deleted = finished + dt.timedelta(minutes=rng.uniform(5, 120))
-                controller.add(deleted, life("deleted", gpu_seconds))
+                controller.add(deleted, life("deleted", 0.0))
                 chain.add(
                     deleted,
                     {

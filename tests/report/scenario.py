@@ -212,8 +212,9 @@ def write_scenario(root: Path, signer: Signer | None) -> None:
         )
     clock.at("2026-11-20T09:29:00Z")
     with open_log(root, "controller-0", signer, clock, "controller") as log:
-        # llm-ft-1 (nlp-team, cost center cc-nlp): two pods placed in eu, 7200 GPU-seconds; the
-        # deleted record repeats the job's total, which must not be counted twice
+        # llm-ft-1 (nlp-team, cost center cc-nlp): two pods placed in eu; as the controller writes it
+        # (docs/controller.md): started carries nothing, succeeded closes the run segment with its
+        # 7200 GPU-seconds, deleted after that closes nothing (0)
         cc = {"mpigate.io/cost-center": "cc-nlp"}
         job1 = {
             "namespace": "nlp-team",
@@ -224,7 +225,7 @@ def write_scenario(root: Path, signer: Signer | None) -> None:
             "labels": cc,
         }
         clock.at("2026-11-20T09:30:00Z")
-        log.append(lifecycle_record("started", gpu_seconds=0, **job1))  # type: ignore[arg-type]
+        log.append(lifecycle_record("started", **job1))  # type: ignore[arg-type]
         for pod, node in (("llm-ft-1-node-0", "gpu-eu-1"), ("llm-ft-1-node-1", "gpu-eu-2")):
             log.append(
                 evidence_record(
@@ -251,14 +252,14 @@ def write_scenario(root: Path, signer: Signer | None) -> None:
             )
         )
         clock.at("2026-11-21T17:00:00Z")
-        log.append(lifecycle_record("finished", gpu_seconds=7200, **job1))  # type: ignore[arg-type]
+        log.append(lifecycle_record("succeeded", gpu_seconds=7200, **job1))  # type: ignore[arg-type]
         clock.at("2026-11-21T18:00:01Z")
-        log.append(lifecycle_record("deleted", gpu_seconds=7200, **job1))  # type: ignore[arg-type]
+        log.append(lifecycle_record("deleted", gpu_seconds=0.0, **job1))  # type: ignore[arg-type]
         # vision-2: 3 GPU-hours, no cost center
         clock.at("2026-11-22T08:05:00Z")
         log.append(
             lifecycle_record(
-                "finished",
+                "succeeded",
                 namespace="cv-team",
                 name="vision-2",
                 team="cv-team",

@@ -60,7 +60,7 @@ def test_state_does_not_grow_with_records() -> None:
     assert any(a["actor"] == OTHERS for a in report["activity"]["actors"])
 
 
-def test_gpu_seconds_are_cumulative_per_job() -> None:
+def test_gpu_seconds_add_up_per_run_segment() -> None:
     builder = ReportBuilder(ReportOptions(since="2026-11-10T00:00:00.000Z"))
 
     def life(seq: int, day: int, event: str, seconds: float | None, uid: str = "u1") -> AuditEntry:
@@ -69,46 +69,38 @@ def test_gpu_seconds_are_cumulative_per_job() -> None:
             f"2026-11-{day:02d}T12:00:00.000Z",
             "lifecycle",
             team="t",
-            object={"namespace": "t", "name": uid},
+            object={"namespace": "t", "name": uid, "labels": {"mpigate.io/cost-center": "cc-7"}},
             lifecycle={"event": event, "uid": uid, "gpuSeconds": seconds},
         )
 
-    # u1 ran before the period (3600 s by the 9th) and finished inside it at 10800 s:
-    # only the 7200 s of the period count
+    # u1 ran a segment before the period (suspended on the 9th: not counted), then ran again and
+    # succeeded inside it; its deletion closes nothing. u2 was deleted while running.
     for item in (
-        life(1, 8, "started", 0),
+        life(1, 8, "started", None),
         life(2, 9, "suspended", 3600),
-        life(3, 10, "resumed", None),
-        life(4, 11, "finished", 10800),
-        life(5, 11, "deleted", 10800),  # repeats the total: nothing more
-        life(6, 12, "finished", 1800, uid="u2"),
+        life(3, 10, "admitted", None),
+        life(4, 11, "succeeded", 7200),
+        life(5, 11, "deleted", 0.0),
+        life(6, 12, "deleted", 1800, uid="u2"),
+        life(7, 12, "failed", None, uid="u3"),  # a closing record without GPU-seconds
     ):
         builder.add_entry(item)
     report = builder.finish()
     assert report["chargeback"]["byTeamAndCostCenter"] == [
-        {"team": "t", "costCenter": "(none recorded)", "gpuSeconds": 9000.0, "gpuHours": 2.5, "jobs": 2}
+        {"team": "t", "costCenter": "cc-7", "gpuSeconds": 9000.0, "gpuHours": 2.5, "jobs": 2}
+    ]
+    assert report["chargeback"]["byDay"] == [
+        {"date": "2026-11-10", "gpuHours": 0.0},
+        {"date": "2026-11-11", "gpuHours": 2.0},
+        {"date": "2026-11-12", "gpuHours": 0.5},
     ]
     assert report["chargeback"]["lifecycleWithoutGpuSeconds"] == 1
-    assert report["chargeback"]["lifecycleEvents"] == {"deleted": 1, "finished": 2, "resumed": 1}
-    assert "u1" not in builder._consumed  # forgotten once deleted
-
-
-def test_open_jobs_are_bounded() -> None:
-    builder = ReportBuilder(ReportOptions(max_open_jobs=100))
-    for i in range(1_000):
-        builder.add_entry(
-            entry(
-                i,
-                "2026-11-01T00:00:00.000Z",
-                "lifecycle",
-                team="t",
-                lifecycle={"event": "finished", "uid": f"u{i}", "gpuSeconds": 3600},
-            )
-        )
-    assert len(builder._consumed) == 100
-    report = builder.finish()
-    assert report["limits"]["jobsEvicted"] == 900
-    assert report["chargeback"]["gpuHours"] == 1000.0
+    assert report["chargeback"]["lifecycleEvents"] == {
+        "admitted": 1,
+        "deleted": 2,
+        "failed": 1,
+        "succeeded": 1,
+    }
 
 
 def test_limited_counter_and_samples() -> None:

@@ -166,10 +166,11 @@ def test_gpu_hours_per_team_and_cost_center(report: Report) -> None:
     rows = {
         (r["team"], r["costCenter"]): (r["gpuHours"], r["jobs"]) for r in chargeback["byTeamAndCostCenter"]
     }
-    # the deleted record repeats llm-ft-1's 7200 GPU-seconds: still 2 GPU-hours, one job
+    # llm-ft-1's deletion after it succeeded closes nothing: 2 GPU-hours, one job ended
     assert rows == {("nlp-team", "cc-nlp"): (2.0, 1), ("cv-team", "(none recorded)"): (3.0, 1)}
     assert chargeback["byTeam"][0] == {"team": "cv-team", "gpuHours": 3.0, "share": 0.6}
-    assert chargeback["lifecycleEvents"] == {"deleted": 1, "finished": 2, "started": 1}
+    assert chargeback["lifecycleEvents"] == {"deleted": 1, "started": 1, "succeeded": 2}
+    assert chargeback["lifecycleWithoutGpuSeconds"] == 0
     by_day = {d["date"]: d["gpuHours"] for d in chargeback["byDay"]}
     assert by_day == {"2026-11-20": 0.0, "2026-11-21": 2.0, "2026-11-22": 3.0}
 

@@ -260,8 +260,8 @@ def lifecycle_record(
 
     ``at`` is when the transition happened (the record's own ``time`` is when it was written,
     which may be later: the controller may see a transition late); omitted when not given.
-    ``gpu_seconds`` is the job's consumption *so far* (cumulative per job ``uid``), so that a
-    report counts each job once however many records carry it (``finished`` then ``deleted``).
+    ``gpu_seconds`` is what the run segment this record closes consumed (``suspended``,
+    ``succeeded``, ``failed``, ``deleted``; see docs/controller.md), so a report adds them up.
     ``labels`` are the job's labels a report groups by — pass the few that matter, such as
     ``mpigate.io/cost-center`` (chargeback by cost center); they land in ``object.labels``."""
     obj: dict[str, Any] = {

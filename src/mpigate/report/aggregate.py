@@ -35,6 +35,9 @@ NO_TEAM = "(no team)"
 NO_COST_CENTER = "(none recorded)"
 
 _PLACEMENT_KINDS = frozenset({"placement", "residency"})
+# Lifecycle events that close a run segment (and carry its GPU-seconds), and those that end a job.
+_CLOSING_EVENTS = frozenset({"suspended", "succeeded", "failed", "deleted", "finished"})
+_ENDING_EVENTS = frozenset({"succeeded", "failed", "deleted", "finished"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,6 @@ class ReportOptions:
     max_examples: int = 5
     max_events: int = 200
     max_keys: int = 10_000
-    max_open_jobs: int = 200_000
     generated: str | None = None
 
     def __post_init__(self) -> None:
@@ -110,9 +112,8 @@ class ReportBuilder:
     then call :meth:`finish` once.
 
     Nothing depends on the order of records *across* inputs, so inputs can be aggregated in
-    parallel and merged: residency is judged at the end (against every region a team was admitted
-    for), samples keep the most recent by time, and a job whose lifecycle spans two chains (a
-    controller that moved) is reconciled when the chains are merged, in time order.
+    parallel and merged: residency is judged at the end (against every region known for a team),
+    samples keep the most recent by time, and GPU-seconds are per run segment, so they add up.
     """
 
     def __init__(self, options: ReportOptions | None = None) -> None:
@@ -161,14 +162,8 @@ class ReportBuilder:
         self.ns_teams: dict[str, str] = dict(opts.namespace_teams)
         # lifecycle and chargeback
         self.lifecycle_events: dict[str, int] = {}
-        self.gpu: dict[tuple[str, str], list[float]] = {}  # (team, cost center) -> [seconds, jobs]
+        self.gpu: dict[tuple[str, str], list[float]] = {}  # (team, cost center) -> [seconds, jobs ended]
         self.gpu_by_day: dict[str, float] = {}
-        # job -> [GPU-seconds seen so far, counted as a job of the period], for jobs not deleted
-        self._consumed: dict[Any, list[Any]] = {}
-        # jobs this input saw first with consumption already recorded (started in an earlier chain):
-        # job -> [first GPU-seconds counted, (team, cost center) or None, day, counted as a new job]
-        self._inherited: dict[Any, list[Any]] = {}
-        self.jobs_evicted = 0
         self.lifecycle_without_seconds = 0
         # residency: (region, team) -> [placements, judged by the controller, of those outside]
         self.placements: dict[tuple[str, str], list[int]] = {}
@@ -176,23 +171,21 @@ class ReportBuilder:
             opts.max_examples, max_keys=k
         )
         self.evidence_kinds: dict[str, int] = {}
-        self.learned_regions: dict[str, set[str]] = {}
+        self.learned_regions: dict[str, set[str]] = {}  # team -> regions admission resolved to
+        self.expected_regions: dict[str, set[str]] = {}  # team -> regions the controller expected
         # integrity evidence
         self.checkpoints = 0
 
     # ------------------------------------------------------------------ mpigate records
 
     def add_entry(self, entry: AuditEntry) -> None:
-        """One audit record (any stage). Records before the period only prime the GPU-seconds
-        accounting of jobs that were already running when the period began."""
+        """One audit record (any stage); records outside the period are only counted as read."""
         self.records_read += 1
         time = entry.time
         record = entry.record
         stage = entry.stage
         since, until = self._since, self._until
         if (since is not None and time < since) or (until is not None and time >= until):
-            if stage == "lifecycle" and (since is None or time < since):
-                self._lifecycle(record, time, count=False)
             return
         if stage == "checkpoint":
             self.checkpoints += 1
@@ -222,7 +215,7 @@ class ReportBuilder:
             if record.get("patch"):
                 self.mutations_patched += 1
         elif stage == "lifecycle":
-            self._lifecycle(record, time, count=True)
+            self._lifecycle(record, time)
         elif stage == "evidence":
             self._evidence(record, time, team)
 
@@ -373,63 +366,39 @@ class ReportBuilder:
                     if expired:
                         self.expired_waivers[rule] = self.expired_waivers.get(rule, 0) + 1
 
-    def _lifecycle(self, record: Mapping[str, Any], time: str, *, count: bool) -> None:
+    def _lifecycle(self, record: Mapping[str, Any], time: str) -> None:
+        # The controller's contract (docs/controller.md): suspended, succeeded, failed and deleted
+        # close a run segment and carry its GPU-seconds; other events carry none. So GPU-seconds
+        # add up, with no state per job, and every segment is charged to the day it closed.
         lifecycle = record.get("lifecycle")
         if type(lifecycle) is not dict:
             lifecycle = {}
-        obj = record.get("object")
-        if type(obj) is not dict:
-            obj = {}
         event = lifecycle.get("event")
         if type(event) is not str:
             event = _text(event)
-        if count:
-            self.lifecycle_events[event] = self.lifecycle_events.get(event, 0) + 1
-        job = lifecycle.get("uid") or (_text(obj.get("namespace")), _text(obj.get("name")))
+        self.lifecycle_events[event] = self.lifecycle_events.get(event, 0) + 1
         seconds = lifecycle.get("gpuSeconds")
         if type(seconds) is not float:
             seconds = _number(seconds)
-        consumed = self._consumed
-        state = consumed.get(job)
-        first_seen = state is None
         if seconds is None or seconds < 0:
-            if count:
+            if event in _CLOSING_EVENTS:
                 self.lifecycle_without_seconds += 1
-        else:
-            # gpuSeconds is the job's consumption so far: count what it adds to the last value seen
-            if state is None:
-                state = consumed[job] = [0.0, False]
-                if len(consumed) > self.options.max_open_jobs:
-                    consumed.pop(next(iter(consumed)))
-                    self.jobs_evicted += 1
-            before = state[0]
-            if seconds > before:
-                state[0] = seconds
-                if count:
-                    team = record.get("team")
-                    team_name = team if type(team) is str and team else NO_TEAM
-                    key = (team_name, _cost_center(obj, lifecycle))
-                    totals = self.gpu.get(key)
-                    if totals is None:
-                        totals = self.gpu[key] = [0.0, 0.0]
-                    delta = seconds - before
-                    totals[0] += delta
-                    new_job = not state[1]
-                    if new_job:
-                        state[1] = True
-                        totals[1] += 1
-                    day = time[:10]
-                    self.gpu_by_day[day] = self.gpu_by_day.get(day, 0.0) + delta
-                    if first_seen and len(self._inherited) < self.options.max_open_jobs:
-                        self._inherited[job] = [seconds, key, day, new_job]
-        if event == "deleted":  # a deleted job writes no more records: forget it
-            consumed.pop(job, None)
-            if (
-                first_seen
-                and job not in self._inherited
-                and len(self._inherited) < self.options.max_open_jobs
-            ):
-                self._inherited[job] = [0.0, None, "", False]
+            return
+        ended = event in _ENDING_EVENTS and (event != "deleted" or seconds > 0)
+        if seconds == 0 and not ended:
+            return
+        team = record.get("team")
+        team_name = team if type(team) is str and team else NO_TEAM
+        obj = record.get("object")
+        key = (team_name, _cost_center(obj if type(obj) is dict else {}, lifecycle))
+        totals = self.gpu.get(key)
+        if totals is None:
+            totals = self.gpu[key] = [0.0, 0.0]
+        totals[0] += seconds
+        if ended:  # a job ends once: succeeded, failed, or deleted while it ran
+            totals[1] += 1
+        day = time[:10]
+        self.gpu_by_day[day] = self.gpu_by_day.get(day, 0.0) + seconds
 
     def _evidence(self, record: Mapping[str, Any], time: str, team: str) -> None:
         evidence = record.get("evidence")
@@ -445,7 +414,14 @@ class ReportBuilder:
         if type(region) is not str or not region:
             region = _text(region) or "(unknown)"
         details = evidence.get("details")
-        verdict = _explicit_verdict(region, details) if type(details) is dict and details else None
+        verdict = None
+        if type(details) is dict and details:
+            verdict = _explicit_verdict(region, details)
+            expected = details.get("expectedRegions")
+            if type(expected) is list and expected:
+                regions = self.expected_regions.setdefault(team, set())
+                if len(regions) < 64:
+                    regions.update(_text(r) for r in expected)
         key = (region, team)
         counts = self.placements.get(key)
         if counts is None:
@@ -474,13 +450,16 @@ class ReportBuilder:
         )
 
     def allowed_regions(self, team: str) -> frozenset[str] | None:
-        """Where a team's pods may run: the config's regions for it, else every region its
-        admitted jobs were resolved to; None when neither is known."""
+        """Where a team's pods may run: the config's regions for it, else the regions the
+        controller's placement records expected, else every region its admitted jobs were resolved
+        to; None when none is known."""
         configured = self.options.team_regions.get(team)
         if configured:
             return frozenset(configured)
-        learned = self.learned_regions.get(team)
-        return frozenset(learned) if learned else None
+        for known in (self.expected_regions.get(team), self.learned_regions.get(team)):
+            if known:
+                return frozenset(known)
+        return None
 
     # ------------------------------------------------------------------ API-server events
 
@@ -562,34 +541,14 @@ class ReportBuilder:
     # ------------------------------------------------------------------ merging
 
     def merge(self, later: ReportBuilder) -> None:
-        """Add another input's aggregate. Merge chains in time order (earliest first): a job that
-        ``later`` saw first with consumption already recorded is reconciled with the state this
-        builder ended with, so that its GPU-seconds count once."""
+        """Add another input's aggregate (associative: the order of merging changes nothing but
+        the order of equal-time samples)."""
         opts = self.options
-        # GPU: take back what ``later`` counted that this builder had already counted
-        for job, (first, key, day, new_job) in later._inherited.items():
-            prior = self._consumed.pop(job, None)
-            if prior is None or key is None:
-                continue
-            correction = min(prior[0], first)
-            totals = later.gpu.get(key)
-            if totals is not None:
-                totals[0] -= correction
-                if new_job and prior[1]:
-                    totals[1] -= 1
-            if correction:
-                later.gpu_by_day[day] = later.gpu_by_day.get(day, 0.0) - correction
-        for job, state in later._consumed.items():
-            self._consumed[job] = state
-        while len(self._consumed) > opts.max_open_jobs:
-            self._consumed.pop(next(iter(self._consumed)))
-            self.jobs_evicted += 1
         for key, (seconds, jobs) in later.gpu.items():
             totals = self.gpu.setdefault(key, [0.0, 0.0])
             totals[0] += seconds
             totals[1] += jobs
         _add_counts(self.gpu_by_day, later.gpu_by_day)
-        self.jobs_evicted += later.jobs_evicted
         self.lifecycle_without_seconds += later.lifecycle_without_seconds
         _add_counts(self.lifecycle_events, later.lifecycle_events)
         # totals
@@ -647,6 +606,8 @@ class ReportBuilder:
         _add_counts(self.evidence_kinds, later.evidence_kinds)
         for team, regions in later.learned_regions.items():
             self.learned_regions.setdefault(team, set()).update(regions)
+        for team, regions in later.expected_regions.items():
+            self.expected_regions.setdefault(team, set()).update(regions)
         self.checkpoints += later.checkpoints
 
     # ------------------------------------------------------------------ result
@@ -760,7 +721,6 @@ class ReportBuilder:
                 "maxEvents": opts.max_events,
                 "maxKeys": opts.max_keys,
                 "actorsOverflowed": self.actors.overflowed,
-                "jobsEvicted": self.jobs_evicted,
             },
         }
 
@@ -1095,18 +1055,15 @@ def _merge_recent(
 
 
 def _explicit_verdict(region: str, details: Mapping[str, Any]) -> bool | None:
-    """The controller's own judgement of a placement, when its record carries one: True when the
-    pod is outside its allowed region(s), False when inside, None when it says nothing."""
-    if details.get("outside") is True:
-        return True
-    expected = details.get("expectedRegion")
-    if isinstance(expected, str) and expected:
-        return region != expected
-    allowed = details.get("allowedRegions")
-    if isinstance(allowed, list) and allowed:
-        return region not in {_text(r) for r in allowed}
-    if details.get("outside") is False:
-        return False
+    """The controller's own judgement of a placement (``details.compliant``, else
+    ``details.expectedRegions``): True when the pod is outside its allowed regions, False when
+    inside, None when the record says nothing."""
+    compliant = details.get("compliant")
+    if type(compliant) is bool:
+        return not compliant
+    expected = details.get("expectedRegions")
+    if isinstance(expected, list) and expected:
+        return region not in {_text(r) for r in expected}
     return None
 
 

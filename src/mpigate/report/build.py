@@ -182,7 +182,7 @@ def build_report(
     log.info("report: %d chain(s), %d API-server log(s), %d worker(s)", len(chains), len(logs), workers)
     results = _run(first, workers)
     chain_results = [(b, r) for b, r in results if isinstance(r, ChainReport)]
-    # Merge chains in time order: a job's lifecycle may continue in a later chain.
+    # Merge in a fixed order (chains by time, then name) so that equal-time samples are stable.
     chain_results.sort(key=lambda br: (br[1].first_time or "", br[1].chain))
     merged = ReportBuilder(options)
     for builder, _ in chain_results:

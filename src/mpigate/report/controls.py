@@ -35,7 +35,7 @@ RECORD_KINDS: Mapping[str, str] = MappingProxyType(
     {
         "validate": "admission decisions (mpigate validate records) on objects the control's rules judge",
         "mutate": "defaults and hardening the mutating webhook applied (mpigate mutate records)",
-        "lifecycle": "job lifecycle records (started, finished, deleted, GPU-seconds)",
+        "lifecycle": "job lifecycle records (admitted, started, suspended, succeeded, failed, deleted)",
         "evidence": "placement evidence (pod, node, region) written by the controller",
         "checkpoint": "signed checkpoints that certify the audit chain",
         "k8s-activity": "API-server audit events: writes of TrainJobs and training runtimes",
