@@ -10,10 +10,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mpigate-installed
 # Debian packages the tests and the demo use (OpenMPI for the real MPI tests, Chromium for the
 # report rendering test, git for revisions). Installed only when missing.
-DEB_PACKAGES ?= git openmpi-bin libopenmpi-dev iproute2
+DEB_PACKAGES ?= git openmpi-bin libopenmpi-dev iproute2 chromium
 PYTEST_ARGS ?=
 
-.PHONY: all demo test lint format docs lock system-deps venv clean help
+.PHONY: all demo test lint format docs lock system-deps venv clean help report-screenshot
 
 all: test
 
@@ -23,6 +23,7 @@ help:
 	@echo "make lint    - ruff + mypy --strict on src/mpigate"
 	@echo "make docs    - regenerate generated docs (config reference)"
 	@echo "make lock    - refresh constraints.txt from the current venv"
+	@echo "make report-screenshot - regenerate docs/img/report.png (headless Chromium)"
 
 system-deps:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -60,6 +61,9 @@ docs: venv
 
 demo: system-deps venv
 	@PATH="$(abspath $(BIN)):$$PATH" bash scripts/demo.sh
+
+report-screenshot: system-deps venv
+	$(BIN)/python -m tests.report.chromium --out docs/img/report.png
 
 lock: venv
 	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e' > constraints.txt

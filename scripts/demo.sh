@@ -115,3 +115,11 @@ for process, family, local in listeners[:6]:
 step "The NetworkPolicy the controller puts around a PHI job (pinned ports from its data classification)"
 echo "\$ mpigate controller --config . --print-netpol examples/trainjobs/phi-pinned.yaml"
 mpigate controller --config . --print-netpol examples/trainjobs/phi-pinned.yaml
+
+step "A compliance report from the webhook's audit trail (SOC 2, HIPAA, GDPR, PCI DSS)"
+mpigate report --audit build/demo-webhook/audit --key build/demo-webhook/audit.key --config . \
+  --format md -o build/report.md
+sed -n '1,12p' build/report.md
+mpigate report --audit build/demo-webhook/audit --key build/demo-webhook/audit.key --config . \
+  -o build/report.html
+echo "report: $(pwd)/build/report.html (open it in a browser; it prints, too)"

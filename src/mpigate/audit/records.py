@@ -253,21 +253,29 @@ def lifecycle_record(
     revision: str | None = None,
     source: str = "controller",
     at: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A ``lifecycle`` entry: a job ``started``, ``finished``, ``failed``, ``suspended``,
     ``deleted`` ... with its GPU count and consumed GPU-seconds (chargeback).
 
     ``at`` is when the transition happened (the record's own ``time`` is when it was written,
-    which may be later: the controller may see a transition late); omitted when not given."""
+    which may be later: the controller may see a transition late); omitted when not given.
+    ``gpu_seconds`` is what the run segment this record closes consumed (``suspended``,
+    ``succeeded``, ``failed``, ``deleted``; see docs/controller.md), so a report adds them up.
+    ``labels`` are the job's labels a report groups by — pass the few that matter, such as
+    ``mpigate.io/cost-center`` (chargeback by cost center); they land in ``object.labels``."""
+    obj: dict[str, Any] = {
+        "apiVersion": _DEFAULT_API_VERSION.get(kind, ""),
+        "kind": kind,
+        "namespace": namespace,
+        "name": name,
+    }
+    if labels:
+        obj["labels"] = {str(k): str(v) for k, v in labels.items()}
     entry: dict[str, Any] = {
         "source": source,
         "stage": "lifecycle",
-        "object": {
-            "apiVersion": _DEFAULT_API_VERSION.get(kind, ""),
-            "kind": kind,
-            "namespace": namespace,
-            "name": name,
-        },
+        "object": obj,
         "team": team,
         "lifecycle": {
             "event": event,

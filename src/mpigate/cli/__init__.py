@@ -16,6 +16,7 @@ from .controller_commands import controller_command
 from .engine_commands import explain_command, test_command
 from .preflight_commands import preflight_command
 from .render_commands import diff_command, render_command
+from .report_commands import report_command
 from .serve_commands import certs_command, review_command, serve_command
 
 __all__ = ["cli", "main"]
@@ -52,6 +53,7 @@ cli.add_command(audit_group)
 cli.add_command(serve_command)
 cli.add_command(certs_command)
 cli.add_command(review_command)
+cli.add_command(report_command)
 cli.add_command(controller_command)
 
 

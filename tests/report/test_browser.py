@@ -1,0 +1,88 @@
+"""The HTML report in a real browser: headless Chromium (Debian package ``chromium``) loads it from
+a file over the DevTools protocol; no console error, no request but the file itself, every section
+shown, printable."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpigate.report import render
+
+from .chromium import PageResult, find_chromium, inspect_page
+from .conftest import require_tool
+from .scenario import SCRIPT_MESSAGE
+
+SECTIONS = [
+    "summary", "integrity", "controls", "decisions", "denials", "security", "activity", "rbac", "exceptions",
+    "residency", "chargeback", "method",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    found = find_chromium()
+    require_tool(found, "chromium not found on PATH (Debian package chromium; `make test` installs it)")
+    assert found is not None
+    return found
+
+
+def load(chromium: str, report: dict[str, Any], path: Path) -> PageResult:
+    path.write_text(render(report, "html"), encoding="utf-8")
+    return inspect_page(path, binary=chromium)
+
+
+def test_report_loads_cleanly_offline(
+    chromium: str, make_report: Callable[..., dict[str, Any]], k8s_log: Path, tmp_path: Path
+) -> None:
+    page = load(chromium, make_report(k8s=[k8s_log]), tmp_path / "report.html")
+    assert page.errors == []
+    assert page.requests == [(tmp_path / "report.html").as_uri()]  # nothing but the file itself
+    facts = page.facts
+    assert facts["sections"] == SECTIONS
+    assert facts["lang"] == "en"
+    assert facts["scripts"] == 0
+    assert facts["banner"] is None
+    assert facts["svgTitles"] == ["Admission decisions per day", "Denials by rule", "GPU-hours by team"]
+    assert facts["bars"] == 6 + 3 + 2
+    assert facts["tablesWithoutHeaders"] == 0
+    assert facts["colHeadersWithoutScope"] == 0
+    text = facts["text"]
+    for expected in (
+        "Integrity of the inputs",
+        "CC6.1 Logical access security",
+        "164.312(b) Audit controls",
+        "Art. 44 — Transfers to third countries",
+        "10.2.1 Audit logs are enabled and active",
+        "nlp-hostpath-scratch",
+        "SEC-1234",
+        "gpu-eu-7",
+        "system:serviceaccount:nlp-team:pipeline serviceaccount via alice",
+        SCRIPT_MESSAGE,  # shown as text, not run
+    ):
+        assert expected in text, expected
+    assert page.screenshot.startswith(b"\x89PNG\r\n\x1a\n")
+    assert page.pdf.startswith(b"%PDF-")
+    # printable: A4 pages (the print CSS starts controls, decisions, activity and method on new pages)
+    pages = len(re.findall(rb"/Type\s*/Page[^s]", page.pdf))
+    assert pages >= 5
+
+
+def test_broken_chain_banner_is_shown(
+    chromium: str, make_report: Callable[..., dict[str, Any]], trail: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    copy = tmp_path / "audit"
+    shutil.copytree(trail / "audit", copy)
+    segment = copy / "controller-0" / "00000000000000000001.jsonl"
+    segment.write_bytes(segment.read_bytes().replace(b'"region":"eu"', b'"region":"us"', 1))
+    page = load(chromium, make_report(audit=copy), tmp_path / "broken.html")
+    assert page.errors == []
+    banner = " ".join((page.facts["banner"] or "").split())
+    assert banner.startswith("Audit trail integrity check failed. 1 of 3 chain(s) did not verify.")
+    assert f"{segment}:3 (edited, chain controller-0)" in banner

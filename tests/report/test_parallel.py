@@ -1,0 +1,147 @@
+"""Inputs aggregated in worker processes and merged give the report one process gives; a job whose
+lifecycle continues in another chain is charged once."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpigate.audit import Ed25519Signer, HmacSigner, KeyRing, generate_key, lifecycle_record
+from mpigate.report import ReportOptions, build_report
+
+from .conftest import GENERATED, SECRET
+from .scenario import Clock, decision_record, open_log, write_scenario
+
+Report = dict[str, Any]
+
+
+@pytest.fixture
+def single_threaded() -> None:
+    if threading.active_count() > 1:  # pragma: no cover - depends on what ran before in this process
+        pytest.skip(f"the test process runs {threading.active_count()} threads: reports would not fork")
+
+
+@pytest.mark.usefixtures("single_threaded")
+@pytest.mark.parametrize("team", [None, "nlp-team"])
+def test_workers_give_the_same_report(
+    make_report: Callable[..., Report], k8s_log: Path, caplog: pytest.LogCaptureFixture, team: str | None
+) -> None:
+    with caplog.at_level(logging.INFO, logger="mpigate.report.build"):
+        parallel = make_report(k8s=[k8s_log], jobs=2, team=team)
+    assert "aggregated 4 input(s) in 2 worker process(es)" in caplog.text or (
+        team is not None and "aggregated 3 input(s) in 2 worker process(es)" in caplog.text
+    )
+    single = make_report(k8s=[k8s_log], jobs=1, team=team)
+    assert parallel == single
+
+
+def test_ed25519_keys_reach_the_workers(tmp_path: Path, single_threaded: None) -> None:
+    private, public = generate_key("ed25519")
+    assert public is not None
+    (tmp_path / "ed.pem").write_bytes(private)
+    (tmp_path / "ed.pub").write_bytes(public)
+    from mpigate.audit import load_signer
+
+    signer = load_signer("ed25519", str(tmp_path / "ed.pem"))
+    assert isinstance(signer, Ed25519Signer)
+    write_scenario(tmp_path / "audit", signer)
+    keys = KeyRing.load(public_key_files=[tmp_path / "ed.pub"])
+    report = build_report([tmp_path / "audit"], keys=keys, jobs=3, options=ReportOptions(generated=GENERATED))
+    assert report["integrity"]["signatures"]["verified"] == 3
+    assert report["integrity"]["ok"] is True
+
+
+def test_a_job_continued_in_another_chain(tmp_path: Path) -> None:
+    """The controller moved to another pod (a new chain) while job u7 was suspended."""
+    signer = HmacSigner(SECRET)
+    clock = Clock().at("2026-11-20T08:00:00Z")
+    job = {"namespace": "nlp-team", "name": "long-run", "team": "nlp-team", "uid": "u7", "gpus": 8}
+    with open_log(tmp_path / "audit", "controller-a", signer, clock, "controller") as log:
+        log.append(decision_record("CREATE", "nlp-team", "long-run", _user()))
+        clock.at("2026-11-20T09:00:00Z")
+        log.append(lifecycle_record("started", **job))  # type: ignore[arg-type]
+        clock.at("2026-11-20T10:00:00Z")
+        log.append(lifecycle_record("suspended", gpu_seconds=28800, **job))  # type: ignore[arg-type]
+        clock.at("2026-11-20T10:30:00Z")
+        log.append(
+            lifecycle_record(
+                "succeeded", namespace="nlp-team", name="short", team="nlp-team", uid="u8", gpu_seconds=3600
+            )
+        )
+    clock.at("2026-11-21T00:00:00Z")
+    with open_log(tmp_path / "audit", "controller-b", signer, clock, "controller") as log:
+        clock.at("2026-11-21T01:00:00Z")
+        log.append(lifecycle_record("succeeded", gpu_seconds=43200, **job))  # type: ignore[arg-type]
+        clock.at("2026-11-21T02:00:00Z")
+        log.append(lifecycle_record("deleted", gpu_seconds=0.0, **job))  # type: ignore[arg-type]
+    (tmp_path / "key").write_bytes(SECRET)
+    keys = KeyRing.load([tmp_path / "key"])
+    for jobs in (1, 2):
+        report = build_report(
+            [tmp_path / "audit"], keys=keys, jobs=jobs, options=ReportOptions(generated=GENERATED)
+        )
+        chargeback = report["chargeback"]
+        # u7: 8 h before the suspension + 12 h after = 20 GPU-hours; u8: 1
+        assert chargeback["gpuHours"] == 21.0, jobs
+        assert chargeback["byTeamAndCostCenter"][0]["jobs"] == 2
+        assert {d["date"]: d["gpuHours"] for d in chargeback["byDay"]} == {
+            "2026-11-20": 9.0,
+            "2026-11-21": 12.0,
+        }
+    # from the 21st on: only the segment that closed then
+    late = build_report(
+        [tmp_path / "audit"],
+        keys=keys,
+        jobs=1,
+        options=ReportOptions(since="2026-11-21", generated=GENERATED),
+    )
+    assert late["chargeback"]["gpuHours"] == 12.0
+
+
+def _user() -> Any:
+    from mpigate.policy.decision import UserInfo
+
+    return UserInfo("maria", ("nlp-team-scientists",))
+
+
+def test_placements_as_the_controller_writes_them(repo: Path, tmp_path: Path) -> None:
+    """Evidence built by the controller's own residency code: the report takes its verdict."""
+    from mpigate.audit import evidence_record
+    from mpigate.config import load
+    from mpigate.controller.residency import placement
+
+    config = load(repo)
+    team = config.teams["nlp-team"]
+    signer = HmacSigner(SECRET)
+    clock = Clock().at("2026-11-20T08:00:00Z")
+    with open_log(tmp_path / "audit", "controller-0", signer, clock, "controller") as log:
+        for pod, node_region in (("p0", "eu-west-1"), ("p1", "us-east-1"), ("p2", None)):
+            labels = {"topology.kubernetes.io/region": node_region} if node_region else {}
+            found = placement(config, team, {}, pod, f"node-{pod}", labels)
+            log.append(
+                evidence_record(
+                    "placement",
+                    namespace="nlp-team",
+                    name="llm",
+                    team="nlp-team",
+                    pod=pod,
+                    node=f"node-{pod}",
+                    region=found.region,
+                    details=found.details(),
+                )
+            )
+    report = build_report([tmp_path / "audit"], options=ReportOptions(generated=GENERATED))
+    residency = report["residency"]
+    # no config given: the regions come from the controller's records (nlp-team: eu)
+    assert (residency["placements"], residency["outside"], residency["unverified"]) == (3, 2, 0)
+    assert {e["pod"]: e["region"] for e in residency["outsideExamples"]} == {"p1": "us", "p2": "(unknown)"}
+    assert {r["region"]: r["allowedRegions"] for r in residency["byRegionAndTeam"]} == {
+        "(unknown)": ["eu"],
+        "eu": ["eu"],
+        "us": ["eu"],
+    }
