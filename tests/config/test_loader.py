@@ -252,3 +252,42 @@ def test_example_org_at_repo_root_is_valid() -> None:
     rt = config.runtime("ClusterTrainingRuntime", "mpi-openmpi-gpu")
     assert rt is not None and rt.manifest["spec"]["mlPolicy"]["mpi"]["mpiImplementation"] == "OpenMPI"
     assert [e.name for e in config.exceptions] == ["cv-team-legacy-image"]
+
+
+def test_job_network_profile_takes_the_stricter(tmp_path: Path) -> None:
+    """A data classification can tighten a team's network profile, never loosen it; the webhook
+    (port env) and the controller (NetworkPolicy ports) share this decision."""
+    from mpigate.policy import AdmissionInput, evaluate
+
+    root = tmp_path / "t"
+    shutil.copytree(BASE, root)
+    org = root / "policies" / "org.yaml"
+    org.write_text(
+        org.read_text().replace(
+            "phi: {regions: [eu], networkProfile: pinned-ports}",
+            "phi: {regions: [eu], networkProfile: pinned-ports}\n    open: {networkProfile: isolated}",
+        )
+    )
+    config = load(root, today=TODAY)
+    assert config.job_network_profile("beta", None)[0].name == "isolated"
+    assert config.job_network_profile("beta", "phi") == (
+        config.network_profiles["pinned-ports"],
+        "data classification phi",
+    )
+    # alpha is pinned-ports: the looser classification does not loosen it
+    assert config.job_network_profile("alpha", "open") == (
+        config.network_profiles["pinned-ports"],
+        "team alpha",
+    )
+    job = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "j", "namespace": "alpha", "labels": {"mpigate.io/data-classification": "open"}},
+        "spec": {"runtimeRef": {"name": "mpi-fixture"}, "trainer": {"numNodes": 1}},
+    }
+    decision = evaluate(config, AdmissionInput("CREATE", "TrainJob", "alpha", "j", job))
+    env_ops = [op for op in decision.patch if op["path"].startswith("/spec/trainer/env")]
+    names = {
+        e["name"] for op in env_ops for e in (op["value"] if isinstance(op["value"], list) else [op["value"]])
+    }
+    assert "OMPI_MCA_btl_tcp_port_min_v4" in names

@@ -473,6 +473,7 @@ async def test_lifecycle_and_evidence_records_in_the_audit_trail(
         "kind": "TrainJob",
         "namespace": "nlp-team",
         "name": "minimal",
+        "labels": {"mpigate.io/cost-center": "cc-4711"},  # what chargeback groups by
     }
     # 4 GPUs × 30 min for each pod
     assert {

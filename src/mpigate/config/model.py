@@ -47,6 +47,8 @@ __all__ = [
 ]
 
 Mode = Literal["enforce", "warn", "audit"]
+# How much a network profile confines a job's traffic (higher = stricter).
+_STRICTNESS = {"isolated": 0, "pinned-ports": 1}
 
 
 def _empty() -> Mapping[str, Any]:
@@ -429,6 +431,20 @@ class Config:
 
     def network_profile_for(self, team: str) -> NetworkProfile:
         return self.network_profiles[self.network_for(team).profile]
+
+    def job_network_profile(self, team: str, classification: str | None) -> tuple[NetworkProfile, str]:
+        """The profile a team's job gets, and why: the team's, or the data classification's
+        when that one is stricter (``pinned-ports`` over ``isolated``). A classification can
+        tighten a team's posture, never loosen it. The webhook (which injects the OpenMPI port
+        environment) and the controller (which opens the ports) both decide through this."""
+        team_profile = self.network_profile_for(team)
+        cls = self.org.data_classifications.get(classification) if classification else None
+        if cls is None or not cls.network_profile:
+            return team_profile, f"team {team}"
+        demanded = self.network_profiles.get(cls.network_profile)
+        if demanded is not None and _STRICTNESS[demanded.mode] > _STRICTNESS[team_profile.mode]:
+            return demanded, f"data classification {cls.name}"
+        return team_profile, f"team {team}"
 
     def exceptions_for(self, team: str) -> tuple[PolicyException, ...]:
         return self._exceptions_by_team.get(team, ())

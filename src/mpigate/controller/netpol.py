@@ -54,7 +54,6 @@ PROFILE_REASON_ANNOTATION: Final = "mpigate.io/network-profile-reason"
 DEFAULT_TRAINJOB_API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
 
 # How strict each profile mode is: a data classification may only tighten a team's posture.
-_STRICTNESS: Final = {"isolated": 0, "pinned-ports": 1}
 # The cluster DNS pods (kube-dns and CoreDNS both carry k8s-app=kube-dns), as in the rendered
 # namespace policies (templates/team/networkpolicies.yaml.j2).
 _DNS_PEER: Final = {
@@ -81,20 +80,12 @@ def choose_profile(config: Config, team: Team, labels: Mapping[str, Any]) -> Pro
     """The team's profile, or the data classification's when that one is stricter.
 
     A classification such as ``phi`` can demand ``pinned-ports`` for a team whose default is
-    ``isolated``; it can never loosen a team that is ``pinned-ports`` already.
+    ``isolated``; it can never loosen a team that is ``pinned-ports`` already. The decision is
+    :meth:`Config.job_network_profile`, shared with the webhook that injects the port env.
     """
-    team_profile = config.network_profile_for(team.name)
-    choice = ProfileChoice(team_profile, f"team {team.name}")
     label = labels.get(CLASSIFICATION_LABEL)
-    classification = config.org.data_classifications.get(label) if isinstance(label, str) else None
-    if classification is None or not classification.network_profile:
-        return choice
-    demanded = config.network_profiles.get(classification.network_profile)
-    if demanded is None:
-        return choice
-    if _STRICTNESS.get(demanded.mode, 0) > _STRICTNESS.get(team_profile.mode, 0):
-        return ProfileChoice(demanded, f"data classification {classification.name}")
-    return choice
+    profile, reason = config.job_network_profile(team.name, label if isinstance(label, str) else None)
+    return ProfileChoice(profile, reason)
 
 
 def egress_rules(config: Config, team: str) -> list[dict[str, Any]]:

@@ -452,6 +452,7 @@ class Reconciler:
                 reason=t.reason,
                 revision=config.revision,
                 at=format_time(t.at),
+                labels=_chargeback_labels(config, team, trainjob),
             )
             await self.recorder.append(entry)
             history = (*history, Recorded(t.event, t.at))
@@ -560,3 +561,14 @@ class Reconciler:
                 failures += 1
                 log.warning("resync of TrainJob %s/%s failed: %s", *_key(trainjob), exc)
         return len(jobs), failures
+
+
+def _chargeback_labels(config: Config, team: Team, trainjob: Mapping[str, Any]) -> dict[str, str]:
+    """The job's labels that reports group GPU-hours by: the labels the org and the team require
+    (the cost center, typically) and the data classification."""
+    meta = trainjob.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    if not isinstance(labels, dict):
+        return {}
+    wanted = {*config.org.lifecycle.required_labels, *team.required_labels, "mpigate.io/data-classification"}
+    return {k: v for k in sorted(wanted) if isinstance(v := labels.get(k), str)}

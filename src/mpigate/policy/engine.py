@@ -303,9 +303,9 @@ def _job_context(
     region = org.regions.get(team.region) if team else None
     profile = None
     if team is not None:
-        profile = config.network_profile_for(team.name)
-        if classification is not None and classification.network_profile:
-            profile = config.network_profiles.get(classification.network_profile, profile)
+        profile, _ = config.job_network_profile(
+            team.name, classification.name if classification is not None else None
+        )
     if classification is not None and classification.require_digest is not None:
         require_digest = classification.require_digest
         reason = f"data classified {classification.name}"
