@@ -19,7 +19,7 @@ def test_render_writes_the_tree_and_summarises_it(tmp_path: Path) -> None:
     lines = result.output.splitlines()
     assert (
         lines[0].startswith("rendered revision ")
-        and "87 objects, 33 files (33 written, 0 unchanged, 0 removed)" in lines[0]
+        and "87 objects, 36 files (36 written, 0 unchanged, 0 removed)" in lines[0]
     )
     assert (
         lines[1]
@@ -33,7 +33,7 @@ def test_render_writes_the_tree_and_summarises_it(tmp_path: Path) -> None:
 
     again = CliRunner().invoke(cli, ["render", str(REPO), "-o", str(out), "--summary", "json"])
     data = json.loads(again.output)
-    assert data["written"] == [] and data["unchanged"] == 33 and data["objects"] == 87
+    assert data["written"] == [] and data["unchanged"] == 36 and data["objects"] == 87
     assert data["kinds"]["mpigate"] == {"ConfigMap": 2, "PrometheusRule": 1}
 
 

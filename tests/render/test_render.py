@@ -51,9 +51,9 @@ def test_layout_is_a_kustomize_tree(example_rendering: Rendering) -> None:
         present = sorted(
             p.rpartition("/")[2]
             for p in files
-            if p.startswith(directory + "/") and not p.endswith("kustomization.yaml")
+            if p.startswith(directory + "/") and not p.endswith("kustomization.yaml") and "/smoke/" not in p
         )
-        assert listed == present
+        assert listed == present  # the on-demand smoke/ TrainJob stays outside
     assert sorted(p for p in files if p.startswith("teams/nlp-team/")) == [
         "teams/nlp-team/alerts.yaml",
         "teams/nlp-team/kustomization.yaml",
@@ -62,6 +62,7 @@ def test_layout_is_a_kustomize_tree(example_rendering: Rendering) -> None:
         "teams/nlp-team/queues.yaml",
         "teams/nlp-team/quota.yaml",
         "teams/nlp-team/rbac.yaml",
+        "teams/nlp-team/smoke/preflight-trainjob.yaml",
     ]
     assert {o.file.partition("/")[0] for o in example_rendering.objects} == {"cluster", "teams", "mpigate"}
 
@@ -531,3 +532,22 @@ def test_golden_files(example_rendering: Rendering) -> None:
         assert on_disk[rel] == text, (
             f"{rel} differs from the golden file; MPIGATE_UPDATE_GOLDEN=1 to regenerate"
         )
+
+
+def test_per_team_smoke_trainjob_is_rendered_on_demand(example_rendering: Rendering) -> None:
+    """Each team gets the preflight smoke TrainJob outside every kustomization (GitOps must not
+    start it on each sync), and the admission engine admits it as rendered."""
+    from mpigate.policy import AdmissionInput, evaluate
+
+    config = load(REPO, revision=PINNED_REVISION, today=TODAY)
+    for team in ("cv-team", "nlp-team", "research-team"):
+        path = f"teams/{team}/smoke/preflight-trainjob.yaml"
+        job = yaml.safe_load(example_rendering.files[path])
+        assert job["kind"] == "TrainJob" and job["metadata"]["name"] == "mpigate-preflight"
+        assert "smoke" not in example_rendering.files[f"teams/{team}/kustomization.yaml"]
+        ns = job["metadata"]["namespace"]
+        decision = evaluate(config, AdmissionInput("CREATE", "TrainJob", ns, "mpigate-preflight", job))
+        assert decision.allowed, decision.message
+        pinned = team == "research-team"
+        assert ("--expect-pinned" in job["spec"]["trainer"]["command"]) == pinned
+        assert any(op["path"] == "/spec/trainer/env" for op in decision.patch) == pinned

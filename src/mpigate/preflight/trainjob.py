@@ -113,17 +113,6 @@ def build_smoke_trainjob(
     nodes = num_nodes if num_nodes is not None else min(2, t.max_nodes_per_job)
     if not 1 <= nodes <= t.max_nodes_per_job:
         raise SmokeJobError(f"team {team!r} may use 1..{t.max_nodes_per_job} nodes per job, not {nodes}")
-    pinned = config.network_profile_for(team).mode == "pinned-ports"
-    base = settings or PreflightSettings(hold=5.0)
-    settings = PreflightSettings(
-        sizes=base.sizes,
-        iterations=base.iterations,
-        hold=base.hold,
-        max_latency_us=base.max_latency_us,
-        min_bandwidth_mbs=base.min_bandwidth_mbs,
-        expect_pinned=base.expect_pinned or pinned,
-    )
-
     job_labels: dict[str, str] = {
         "app.kubernetes.io/name": "mpigate-preflight",
         "app.kubernetes.io/component": "smoke-test",
@@ -141,6 +130,18 @@ def build_smoke_trainjob(
                 continue
         job_labels.setdefault(key, PLACEHOLDER_LABEL_VALUE)
     job_labels.update(labels or {})
+    # The profile the job will really get (a data classification can tighten the team's).
+    profile, _ = config.job_network_profile(team, job_labels.get(DATA_CLASSIFICATION_LABEL))
+    pinned = profile.mode == "pinned-ports"
+    base = settings or PreflightSettings(hold=5.0)
+    settings = PreflightSettings(
+        sizes=base.sizes,
+        iterations=base.iterations,
+        hold=base.hold,
+        max_latency_us=base.max_latency_us,
+        min_bandwidth_mbs=base.min_bandwidth_mbs,
+        expect_pinned=base.expect_pinned or pinned,
+    )
 
     program = preflight_program(settings, python)
     # Text output: the job's log is read by people (`kubectl logs`); -o json stays available.

@@ -28,7 +28,7 @@ from .context import LABELS
 from .errors import RenderError, RenderProblem
 from .manifests import ObjectKey, dump_object, object_key
 from .renderer import Rendering, render
-from .tree import read_objects
+from .tree import objects_in_files, read_objects
 
 __all__ = [
     "ObjectChange",
@@ -122,7 +122,10 @@ def diff_objects(
 
 
 def rendering_objects(rendering: Rendering) -> list[tuple[str, Mapping[str, Any]]]:
-    return [(o.file, o.data) for o in rendering.objects]
+    """Every object in the rendering's files, read exactly as :func:`read_objects` reads a written
+    tree (the on-demand smoke TrainJobs outside the kustomizations included), so that both sides
+    of a diff are seen alike."""
+    return [(rel, doc) for rel, doc in objects_in_files(rendering.files.items())]
 
 
 def _git(cwd: Path, *args: str) -> bytes:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mpigate.config import Config
+from mpigate.preflight.trainjob import SmokeJobError, build_smoke_trainjob
 
 from .bundle import BUNDLE_WARN_BYTES, collect_bundle
 from .context import LABELS, build_context, region_flavor_name
@@ -256,6 +257,15 @@ def render(
     root_resources: list[str] = [d for d in ("cluster", "mpigate") if d in directories]
     root_resources += sorted(d for d in directories if d.startswith("teams/"))
     texts["kustomization.yaml"] = dump_object(kustomization(root_resources))
+    # Per-team network smoke test, on demand: outside every kustomization, so GitOps does not
+    # start it on each sync; `kubectl create -f teams/<team>/smoke/` runs it (docs/networking.md).
+    for team_name in sorted(config.teams):
+        try:
+            smoke = build_smoke_trainjob(config, team_name)
+        except SmokeJobError as exc:
+            warnings.append(f"no preflight smoke TrainJob for team {team_name}: {exc}")
+            continue
+        texts[f"teams/{team_name}/smoke/preflight-trainjob.yaml"] = dump_object(smoke)
     texts[MARKER_FILE] = MARKER_TEXT
     log.info("rendered %d objects into %d files", len(objects), len(texts))
     return Rendering(config.revision, dict(sorted(texts.items())), tuple(objects), tuple(warnings))

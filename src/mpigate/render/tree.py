@@ -10,6 +10,7 @@ left alone. Unchanged files are not rewritten.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,19 +95,18 @@ def write_tree(rendering: Rendering, out_dir: str | os.PathLike[str]) -> WriteSt
     return WriteStats(tuple(written), tuple(unchanged), tuple(removed))
 
 
-def read_objects(directory: str | os.PathLike[str]) -> list[tuple[str, dict[str, object]]]:
-    """The Kubernetes objects of a rendered (or any kustomize-style) directory as (file, object),
-    skipping kustomization files and hidden entries."""
-    root = Path(directory)
+def objects_in_files(files: Iterable[tuple[str, str]]) -> list[tuple[str, dict[str, object]]]:
+    """The Kubernetes objects in (relative path, YAML text) pairs, skipping kustomizations and
+    files that are not YAML. Raises :class:`RenderError` naming every file that does not parse."""
     out: list[tuple[str, dict[str, object]]] = []
     problems = []
-    for rel in _visible_files(root):
+    for rel, text in files:
         if not rel.endswith((".yaml", ".yml")):
             continue
         try:
-            documents = load_documents((root / rel).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            problems.append(RenderProblem(str(root / rel), 0, f"cannot read: {exc}"))
+            documents = load_documents(text)
+        except yaml.YAMLError as exc:
+            problems.append(RenderProblem(rel, 0, f"cannot read: {exc}"))
             continue
         for doc in documents:
             if isinstance(doc, dict) and doc.get("kind") != KUSTOMIZATION_KIND and "metadata" in doc:
@@ -114,3 +114,21 @@ def read_objects(directory: str | os.PathLike[str]) -> list[tuple[str, dict[str,
     if problems:
         raise RenderError(tuple(problems))
     return out
+
+
+def read_objects(directory: str | os.PathLike[str]) -> list[tuple[str, dict[str, object]]]:
+    """The Kubernetes objects of a rendered (or any kustomize-style) directory as (file, object),
+    skipping kustomization files and hidden entries."""
+    root = Path(directory)
+    texts: list[tuple[str, str]] = []
+    problems = []
+    for rel in _visible_files(root):
+        if not rel.endswith((".yaml", ".yml")):
+            continue
+        try:
+            texts.append((rel, (root / rel).read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(RenderProblem(str(root / rel), 0, f"cannot read: {exc}"))
+    if problems:
+        raise RenderError(tuple(problems))
+    return objects_in_files(texts)
