@@ -100,6 +100,10 @@ def test_init_adds_a_team(runner: CliRunner, tmp_path: Path) -> None:
     assert sorted(config.teams) == ["ml-team", "speech"]
     assert config.team_for_namespace("speech-prod").name == "speech"
     assert config.access["speech"].members
+    # each scaffolded team comes with a policy test suite that passes as written
+    tested = runner.invoke(cli, ["test", str(target)])
+    assert tested.exit_code == 0, tested.output
+    assert "all 4 cases passed in 2 suites" in tested.output
     again = runner.invoke(cli, ["init", str(target), "--team", "speech"])
     assert again.exit_code == 1 and "already exists" in again.output
     bad = runner.invoke(cli, ["init", str(target), "--team", "Bad_Name"])

@@ -183,6 +183,7 @@ def add_team(
         "team/rbac.yaml.j2": directory / "rbac" / f"{team}.yaml",
         "team/networkpolicies.yaml.j2": directory / "networkpolicies" / f"{team}.yaml",
         "team/trainjob.yaml.j2": directory / "examples" / "trainjobs" / f"hello-{team}.yaml",
+        "team/policytest.yaml.j2": directory / "policies" / "tests" / f"{team}.yaml",
     }
     written = [
         _write(path, env.get_template(name).render(**context), force) for name, path in targets.items()
