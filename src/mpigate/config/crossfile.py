@@ -61,6 +61,23 @@ class _Collector:
             Problem(entry.doc.locate(tuple(path)), format_path(path), message, code, Severity.WARNING, hint)
         )
 
+    def ref(
+        self,
+        entry: Entry,
+        path: Sequence[PathPart],
+        value: str,
+        known: Iterable[str] | None,
+        message: str,
+        code: str,
+    ) -> None:
+        """A reference to something that must exist; ``known=None`` means the target document is
+        missing or invalid (already reported), so the reference is not judged."""
+        if known is None:
+            return
+        names = set(known)
+        if value not in names:
+            self.error(entry, path, message, code, _did_you_mean(value, names))
+
 
 def _did_you_mean(value: str, choices: Iterable[str]) -> str:
     options = sorted(set(choices))
@@ -134,6 +151,72 @@ def _is_system_namespace(ns: str) -> bool:
     return ns in SYSTEM_NAMESPACES or ns.startswith(_SYSTEM_PREFIXES)
 
 
+@dataclass(frozen=True)
+class _Tree:
+    """What the cross-file rules look things up in. A name set is ``None`` when the document that
+    defines it is missing or invalid: references into it are then not judged (one broken
+    document must not cascade into many errors)."""
+
+    root: Path
+    org: Entry | None
+    flavors_doc: Entry | None
+    personas_doc: Entry | None
+    profiles_doc: Entry | None
+    quotas: list[Entry]
+    team_names: set[str]
+    today: dt.date
+
+    @property
+    def valid_quotas(self) -> list[Entry]:
+        return [e for e in self.quotas if e.valid]
+
+    @property
+    def org_spec(self) -> dict[str, Any]:
+        return self.org.data["spec"] if self.org else {}
+
+    @property
+    def regions(self) -> set[str] | None:
+        return set(self.org_spec["regions"]) if self.org else None
+
+    @property
+    def classifications(self) -> dict[str, Any] | None:
+        return dict(self.org_spec["dataClassifications"]) if self.org else None
+
+    @property
+    def priority_classes(self) -> set[str] | None:
+        return set(self.org_spec["priorityClasses"]) if self.org else None
+
+    @property
+    def approved_runtimes(self) -> set[str] | None:
+        if not self.org:
+            return None
+        return {a if isinstance(a, str) else a["name"] for a in self.org_spec["runtimes"]["allowed"]}
+
+    @property
+    def flavors(self) -> dict[str, Any] | None:
+        return dict(self.flavors_doc.data["spec"]["flavors"]) if self.flavors_doc else None
+
+    @property
+    def cohorts(self) -> set[str] | None:
+        return set(self.flavors_doc.data["spec"]["cohorts"]) if self.flavors_doc else None
+
+    @property
+    def personas(self) -> set[str] | None:
+        return set(self.personas_doc.data["spec"]["personas"]) if self.personas_doc else None
+
+    @property
+    def profiles(self) -> dict[str, Any] | None:
+        return dict(self.profiles_doc.data["spec"]["profiles"]) if self.profiles_doc else None
+
+    @property
+    def egress_lists(self) -> set[str] | None:
+        return set(self.profiles_doc.data["spec"]["egress"]) if self.profiles_doc else None
+
+    @property
+    def team_namespaces(self) -> dict[str, set[str]]:
+        return {e.data["metadata"]["name"]: set(e.data["spec"]["namespaces"]) for e in self.valid_quotas}
+
+
 def cross_file_problems(
     by_kind: Mapping[str, list[Entry]], root: Path, today: dt.date | None = None
 ) -> list[Problem]:
@@ -142,98 +225,112 @@ def cross_file_problems(
     ``today`` (UTC) decides which exceptions have expired; tests pin it.
     """
     c = _Collector()
-    org = _singleton(c, list(by_kind.get("OrgPolicy", [])), "OrgPolicy", True, root)
-    flavors_doc = _singleton(c, list(by_kind.get("GPUFlavors", [])), "GPUFlavors", True, root)
-    personas_doc = _singleton(c, list(by_kind.get("Personas", [])), "Personas", False, root)
-    profiles_doc = _singleton(c, list(by_kind.get("NetworkProfiles", [])), "NetworkProfiles", False, root)
-
     quotas = list(by_kind.get("TeamQuota", []))
-    team_names = {n for n in (_name(e) for e in quotas) if n}
-    valid_quotas = [e for e in quotas if e.valid]
+    tree = _Tree(
+        root=root,
+        org=_singleton(c, list(by_kind.get("OrgPolicy", [])), "OrgPolicy", True, root),
+        flavors_doc=_singleton(c, list(by_kind.get("GPUFlavors", [])), "GPUFlavors", True, root),
+        personas_doc=_singleton(c, list(by_kind.get("Personas", [])), "Personas", False, root),
+        profiles_doc=_singleton(c, list(by_kind.get("NetworkProfiles", [])), "NetworkProfiles", False, root),
+        quotas=quotas,
+        team_names={n for n in (_name(e) for e in quotas) if n},
+        today=today or dt.datetime.now(dt.UTC).date(),
+    )
+    _check_org(c, tree)
+    _check_flavors(c, tree)
+    _check_quotas(c, tree)
+    _check_personas(c, tree)
+    _check_access(c, tree, list(by_kind.get("TeamAccess", [])))
+    _check_networks(c, tree, list(by_kind.get("TeamNetwork", [])))
+    _check_exceptions(c, tree, list(by_kind.get("PolicyException", [])))
+    _check_runtimes(
+        c, tree, [*by_kind.get("ClusterTrainingRuntime", []), *by_kind.get("TrainingRuntime", [])]
+    )
+    _check_tests(c, tree, list(by_kind.get("PolicyTest", [])))
+    return c.problems
 
-    regions: set[str] = set(org.data["spec"]["regions"]) if org else set()
-    classifications: dict[str, Any] = dict(org.data["spec"]["dataClassifications"]) if org else {}
-    priority_classes: set[str] = set(org.data["spec"]["priorityClasses"]) if org else set()
-    flavors: dict[str, Any] = dict(flavors_doc.data["spec"]["flavors"]) if flavors_doc else {}
-    cohorts: set[str] = set(flavors_doc.data["spec"]["cohorts"]) if flavors_doc else set()
-    personas: set[str] = set(personas_doc.data["spec"]["personas"]) if personas_doc else set()
-    profiles: dict[str, Any] = dict(profiles_doc.data["spec"]["profiles"]) if profiles_doc else {}
-    egress_lists: set[str] = set(profiles_doc.data["spec"]["egress"]) if profiles_doc else set()
-    known_rules = rule_ids()
 
-    # ---------------------------------------------------------------- OrgPolicy
-    if org:
-        spec = org.data["spec"]
-        for name, cls in classifications.items():
-            for i, region in enumerate(cls.get("regions") or ()):
-                if region not in regions:
-                    c.error(
-                        org,
-                        ["spec", "dataClassifications", name, "regions", i],
-                        f"region {region!r} is not defined in spec.regions",
-                        "ref.region",
-                        _did_you_mean(region, regions),
-                    )
-            profile = cls.get("networkProfile")
-            if profile and profiles_doc and profile not in profiles:
-                c.error(
-                    org,
-                    ["spec", "dataClassifications", name, "networkProfile"],
-                    f"network profile {profile!r} does not exist",
-                    "ref.profile",
-                    _did_you_mean(profile, profiles),
-                )
-        for pattern in spec["enforcement"]["overrides"]:
-            if not expand_rule_pattern(pattern, known_rules):
-                c.error(
-                    org,
-                    ["spec", "enforcement", "overrides", pattern],
-                    f"{pattern!r} names no rule",
-                    "ref.rule",
-                    _did_you_mean(pattern, known_rules),
-                )
-        life = spec["lifecycle"]
-        if (
-            "maxRuntime" in life
-            and "defaultRuntime" in life
-            and parse_duration(life["defaultRuntime"]) > parse_duration(life["maxRuntime"])
-        ):
+def _check_org(c: _Collector, tree: _Tree) -> None:
+    org = tree.org
+    if org is None:
+        return
+    spec = tree.org_spec
+    profiles = tree.profiles
+    for name, cls in spec["dataClassifications"].items():
+        for i, region in enumerate(cls.get("regions") or ()):
+            c.ref(
+                org,
+                ["spec", "dataClassifications", name, "regions", i],
+                region,
+                tree.regions,
+                f"region {region!r} is not defined in spec.regions",
+                "ref.region",
+            )
+        profile = cls.get("networkProfile")
+        if profile:
+            c.ref(
+                org,
+                ["spec", "dataClassifications", name, "networkProfile"],
+                profile,
+                profiles,
+                f"network profile {profile!r} does not exist",
+                "ref.profile",
+            )
+    for pattern in spec["enforcement"]["overrides"]:
+        if not expand_rule_pattern(pattern, rule_ids()):
             c.error(
                 org,
-                ["spec", "lifecycle", "defaultRuntime"],
-                f"defaultRuntime {life['defaultRuntime']} exceeds maxRuntime {life['maxRuntime']}",
-                "value.runtime",
-                "make defaultRuntime at most maxRuntime",
+                ["spec", "enforcement", "overrides", pattern],
+                f"{pattern!r} names no rule",
+                "ref.rule",
+                _did_you_mean(pattern, rule_ids()),
             )
-        for i, allowed in enumerate(spec["runtimes"]["allowed"]):
-            if isinstance(allowed, dict):
-                for j, team in enumerate(allowed.get("teams") or ()):
-                    if team not in team_names:
-                        c.error(
-                            org,
-                            ["spec", "runtimes", "allowed", i, "teams", j],
-                            f"team {team!r} does not exist",
-                            "ref.team",
-                            _did_you_mean(team, team_names),
-                        )
-
-    # ---------------------------------------------------------------- GPUFlavors
-    if flavors_doc and org:
-        for name, flavor in flavors.items():
-            if flavor["region"] not in regions:
-                c.error(
-                    flavors_doc,
-                    ["spec", "flavors", name, "region"],
-                    f"region {flavor['region']!r} is not defined in the OrgPolicy",
-                    "ref.region",
-                    _did_you_mean(flavor["region"], regions),
+    life = spec["lifecycle"]
+    if (
+        "maxRuntime" in life
+        and "defaultRuntime" in life
+        and parse_duration(life["defaultRuntime"]) > parse_duration(life["maxRuntime"])
+    ):
+        c.error(
+            org,
+            ["spec", "lifecycle", "defaultRuntime"],
+            f"defaultRuntime {life['defaultRuntime']} exceeds maxRuntime {life['maxRuntime']}",
+            "value.runtime",
+            "make defaultRuntime at most maxRuntime",
+        )
+    for i, allowed in enumerate(spec["runtimes"]["allowed"]):
+        if isinstance(allowed, dict):
+            for j, team in enumerate(allowed.get("teams") or ()):
+                c.ref(
+                    org,
+                    ["spec", "runtimes", "allowed", i, "teams", j],
+                    team,
+                    tree.team_names,
+                    f"team {team!r} does not exist",
+                    "ref.team",
                 )
 
-    # ---------------------------------------------------------------- TeamQuota
-    _check_unique(c, quotas, _name, "team", ["metadata", "name"])
+
+def _check_flavors(c: _Collector, tree: _Tree) -> None:
+    if tree.flavors_doc is None or tree.flavors is None:
+        return
+    for name, flavor in tree.flavors.items():
+        c.ref(
+            tree.flavors_doc,
+            ["spec", "flavors", name, "region"],
+            flavor["region"],
+            tree.regions,
+            f"region {flavor['region']!r} is not defined in the OrgPolicy",
+            "ref.region",
+        )
+
+
+def _check_quotas(c: _Collector, tree: _Tree) -> None:
+    _check_unique(c, tree.quotas, _name, "team", ["metadata", "name"])
     claimed: dict[str, tuple[str, Entry]] = {}
     nominal_by_flavor: dict[str, list[tuple[Entry, int]]] = {}
-    for entry in valid_quotas:
+    flavors = tree.flavors
+    for entry in tree.valid_quotas:
         team = entry.data["metadata"]["name"]
         spec = entry.data["spec"]
         for i, ns in enumerate(spec["namespaces"]):
@@ -256,60 +353,25 @@ def cross_file_problems(
                 )
             else:
                 claimed.setdefault(ns, (team, entry))
-        if org and spec["region"] not in regions:
-            c.error(
-                entry,
-                ["spec", "region"],
-                f"region {spec['region']!r} is not defined in the OrgPolicy",
-                "ref.region",
-                _did_you_mean(spec["region"], regions),
-            )
-        if spec.get("cohort") and flavors_doc and spec["cohort"] not in cohorts:
-            c.error(
+        c.ref(
+            entry,
+            ["spec", "region"],
+            spec["region"],
+            tree.regions,
+            f"region {spec['region']!r} is not defined in the OrgPolicy",
+            "ref.region",
+        )
+        if spec.get("cohort"):
+            c.ref(
                 entry,
                 ["spec", "cohort"],
+                spec["cohort"],
+                tree.cohorts,
                 f"cohort {spec['cohort']!r} is not listed in GPUFlavors.spec.cohorts",
                 "ref.cohort",
-                _did_you_mean(spec["cohort"], cohorts),
             )
         for flavor_name, quota in spec["gpus"].items():
-            if flavors_doc and flavor_name not in flavors:
-                c.error(
-                    entry,
-                    ["spec", "gpus", flavor_name],
-                    f"GPU flavor {flavor_name!r} does not exist",
-                    "ref.flavor",
-                    _did_you_mean(flavor_name, flavors),
-                )
-                continue
-            if flavors_doc:
-                flavor = flavors[flavor_name]
-                if flavor["region"] != spec["region"]:
-                    c.error(
-                        entry,
-                        ["spec", "gpus", flavor_name],
-                        f"flavor {flavor_name!r} is in region {flavor['region']!r}, "
-                        f"but the team is in {spec['region']!r}",
-                        "conflict.region",
-                        "use a flavor of the team's region",
-                    )
-                nominal_by_flavor.setdefault(flavor_name, []).append((entry, quota["nominal"]))
-            lending = quota.get("lendingLimit")
-            if lending is not None and lending > quota["nominal"]:
-                c.error(
-                    entry,
-                    ["spec", "gpus", flavor_name, "lendingLimit"],
-                    f"lendingLimit {lending} exceeds nominal {quota['nominal']}",
-                    "value.lending",
-                )
-            if (quota["borrowingLimit"] or lending is not None) and not spec.get("cohort"):
-                c.warning(
-                    entry,
-                    ["spec", "gpus", flavor_name],
-                    "borrowing and lending only work inside a cohort",
-                    "value.no-cohort",
-                    "set spec.cohort or drop borrowingLimit/lendingLimit",
-                )
+            _check_gpu_quota(c, entry, spec, flavor_name, quota, flavors, nominal_by_flavor)
         if spec.get("maxStoredJobs", spec["maxConcurrentJobs"]) < spec["maxConcurrentJobs"]:
             c.error(
                 entry,
@@ -320,47 +382,44 @@ def cross_file_problems(
                 "finished TrainJobs count against maxStoredJobs until deleted; make it larger",
             )
         for i, pc in enumerate(spec["priorityClasses"]):
-            if org and pc not in priority_classes:
-                c.error(
-                    entry,
-                    ["spec", "priorityClasses", i],
-                    f"priority class {pc!r} is not defined in the OrgPolicy",
-                    "ref.priority-class",
-                    _did_you_mean(pc, priority_classes),
-                )
+            c.ref(
+                entry,
+                ["spec", "priorityClasses", i],
+                pc,
+                tree.priority_classes,
+                f"priority class {pc!r} is not defined in the OrgPolicy",
+                "ref.priority-class",
+            )
         for i, cls in enumerate(spec.get("dataClassifications") or ()):
-            if org and cls not in classifications:
-                c.error(
-                    entry,
-                    ["spec", "dataClassifications", i],
-                    f"data classification {cls!r} is not defined",
-                    "ref.classification",
-                    _did_you_mean(cls, classifications),
-                )
-        if org:
-            approved = {
-                a if isinstance(a, str) else a["name"] for a in org.data["spec"]["runtimes"]["allowed"]
-            }
-            for i, rt in enumerate(spec.get("runtimes") or ()):
-                if rt not in approved:
-                    c.error(
-                        entry,
-                        ["spec", "runtimes", i],
-                        f"runtime {rt!r} is not approved in the OrgPolicy",
-                        "ref.runtime",
-                        _did_you_mean(rt, approved),
-                    )
-        if spec.get("cpu") is not None:
-            _check_quantity(c, entry, ["spec", "cpu"], spec["cpu"])
-        if spec.get("memory") is not None:
-            _check_quantity(c, entry, ["spec", "memory"], spec["memory"])
+            c.ref(
+                entry,
+                ["spec", "dataClassifications", i],
+                cls,
+                tree.classifications,
+                f"data classification {cls!r} is not defined",
+                "ref.classification",
+            )
+        for i, rt in enumerate(spec.get("runtimes") or ()):
+            c.ref(
+                entry,
+                ["spec", "runtimes", i],
+                rt,
+                tree.approved_runtimes,
+                f"runtime {rt!r} is not approved in the OrgPolicy",
+                "ref.runtime",
+            )
+        for field in ("cpu", "memory"):
+            if spec.get(field) is not None:
+                _check_quantity(c, entry, ["spec", field], spec[field])
+    if tree.flavors_doc is None or flavors is None:
+        return
     for flavor_name, uses in nominal_by_flavor.items():
         capacity = flavors[flavor_name].get("capacity")
         total = sum(n for _, n in uses)
-        if capacity is not None and total > capacity and flavors_doc:
+        if capacity is not None and total > capacity:
             teams = ", ".join(f"{_name(e)}={n}" for e, n in uses)
             c.error(
-                flavors_doc,
+                tree.flavors_doc,
                 ["spec", "flavors", flavor_name, "capacity"],
                 f"teams' nominal quota on {flavor_name} adds up to {total} GPUs, "
                 f"above its capacity {capacity} ({teams})",
@@ -368,94 +427,149 @@ def cross_file_problems(
                 "lower nominal quotas or raise capacity",
             )
 
-    # ---------------------------------------------------------------- Personas
-    if personas_doc:
-        for name, persona in personas_doc.data["spec"]["personas"].items():
-            for i, rule in enumerate(persona["rules"]):
-                groups = rule.get("apiGroups", [])
-                resources = rule.get("resources", [])
-                path: list[PathPart] = ["spec", "personas", name, "rules", i]
-                if "*" in groups or "*" in resources or "*" in rule["verbs"]:
-                    c.error(
-                        personas_doc,
-                        path,
-                        "wildcards are not allowed in persona rules",
-                        "rbac.wildcard",
-                        "list apiGroups, resources and verbs explicitly",
-                    )
-                if any(g == "mpigate.io" or g.endswith(".mpigate.io") for g in groups):
-                    c.error(
-                        personas_doc,
-                        path,
-                        "personas may not grant rights on mpigate's own objects",
-                        "rbac.forbidden",
-                        "mpigate config changes go through Git",
-                    )
-                forbidden = {
-                    "clusterqueues",
-                    "cohorts",
-                    "resourceflavors",
-                    "roles",
-                    "rolebindings",
-                    "networkpolicies",
-                    "resourcequotas/status",
-                    "namespaces",
-                }
-                writes = set(rule["verbs"]) - {"get", "list", "watch"}
-                bad = sorted(
-                    r for r in resources if r.split("/")[0] in forbidden and (writes or r == "clusterqueues")
-                )
-                if bad:
-                    c.error(
-                        personas_doc,
-                        path,
-                        f"personas may not manage {', '.join(bad)}",
-                        "rbac.forbidden",
-                        "quota, RBAC and network objects are rendered from this repository",
-                    )
-                if rule.get("nonResourceURLs"):
-                    c.error(
-                        personas_doc,
-                        [*path, "nonResourceURLs"],
-                        "nonResourceURLs cannot be granted in a namespace",
-                        "rbac.non-resource",
-                    )
 
-    # ---------------------------------------------------------------- TeamAccess
-    access = list(by_kind.get("TeamAccess", []))
-    _check_unique(
-        c,
-        [e for e in access if e.valid],
-        lambda e: e.data["spec"]["team"],
-        "TeamAccess for team",
-        ["spec", "team"],
-    )
-    teams_with_access = set()
-    for entry in access:
-        if not entry.valid:
-            continue
-        team = entry.data["spec"]["team"]
-        teams_with_access.add(team)
-        if team not in team_names:
+def _check_gpu_quota(
+    c: _Collector,
+    entry: Entry,
+    spec: Mapping[str, Any],
+    flavor_name: str,
+    quota: Mapping[str, Any],
+    flavors: Mapping[str, Any] | None,
+    nominal_by_flavor: dict[str, list[tuple[Entry, int]]],
+) -> None:
+    if flavors is not None:
+        if flavor_name not in flavors:
             c.error(
                 entry,
-                ["spec", "team"],
-                f"team {team!r} does not exist (no TeamQuota)",
-                "ref.team",
-                _did_you_mean(team, team_names),
+                ["spec", "gpus", flavor_name],
+                f"GPU flavor {flavor_name!r} does not exist",
+                "ref.flavor",
+                _did_you_mean(flavor_name, flavors),
             )
-        for persona in entry.data["spec"]["members"]:
-            if personas_doc and persona not in personas:
+            return
+        flavor = flavors[flavor_name]
+        if flavor["region"] != spec["region"]:
+            c.error(
+                entry,
+                ["spec", "gpus", flavor_name],
+                f"flavor {flavor_name!r} is in region {flavor['region']!r}, "
+                f"but the team is in {spec['region']!r}",
+                "conflict.region",
+                "use a flavor of the team's region",
+            )
+        nominal_by_flavor.setdefault(flavor_name, []).append((entry, quota["nominal"]))
+    lending = quota.get("lendingLimit")
+    if lending is not None and lending > quota["nominal"]:
+        c.error(
+            entry,
+            ["spec", "gpus", flavor_name, "lendingLimit"],
+            f"lendingLimit {lending} exceeds nominal {quota['nominal']}",
+            "value.lending",
+        )
+    if (quota["borrowingLimit"] or lending is not None) and not spec.get("cohort"):
+        c.warning(
+            entry,
+            ["spec", "gpus", flavor_name],
+            "borrowing and lending only work inside a cohort",
+            "value.no-cohort",
+            "set spec.cohort or drop borrowingLimit/lendingLimit",
+        )
+
+
+# Namespaced objects that quota, RBAC and network posture are made of: rendered from Git, so no
+# persona may manage them (reading is fine, except ClusterQueues, which are cluster-wide).
+_PERSONA_FORBIDDEN = frozenset(
+    {
+        "clusterqueues",
+        "cohorts",
+        "resourceflavors",
+        "roles",
+        "rolebindings",
+        "networkpolicies",
+        "resourcequotas/status",
+        "namespaces",
+    }
+)
+
+
+def _check_personas(c: _Collector, tree: _Tree) -> None:
+    doc = tree.personas_doc
+    if doc is None:
+        return
+    for name, persona in doc.data["spec"]["personas"].items():
+        for i, rule in enumerate(persona["rules"]):
+            groups = rule.get("apiGroups", [])
+            resources = rule.get("resources", [])
+            path: list[PathPart] = ["spec", "personas", name, "rules", i]
+            if "*" in groups or "*" in resources or "*" in rule["verbs"]:
                 c.error(
-                    entry,
-                    ["spec", "members", persona],
-                    f"persona {persona!r} does not exist",
-                    "ref.persona",
-                    _did_you_mean(persona, personas),
+                    doc,
+                    path,
+                    "wildcards are not allowed in persona rules",
+                    "rbac.wildcard",
+                    "list apiGroups, resources and verbs explicitly",
                 )
-    for entry in valid_quotas:
+            if any(g == "mpigate.io" or g.endswith(".mpigate.io") for g in groups):
+                c.error(
+                    doc,
+                    path,
+                    "personas may not grant rights on mpigate's own objects",
+                    "rbac.forbidden",
+                    "mpigate config changes go through Git",
+                )
+            writes = set(rule["verbs"]) - {"get", "list", "watch"}
+            bad = sorted(
+                r
+                for r in resources
+                if r.split("/")[0] in _PERSONA_FORBIDDEN and (writes or r == "clusterqueues")
+            )
+            if bad:
+                c.error(
+                    doc,
+                    path,
+                    f"personas may not manage {', '.join(bad)}",
+                    "rbac.forbidden",
+                    "quota, RBAC and network objects are rendered from this repository",
+                )
+            if rule.get("nonResourceURLs"):
+                c.error(
+                    doc,
+                    [*path, "nonResourceURLs"],
+                    "nonResourceURLs cannot be granted in a namespace",
+                    "rbac.non-resource",
+                )
+
+
+def _team_of(entry: Entry) -> str:
+    return str(entry.data["spec"]["team"])
+
+
+def _check_access(c: _Collector, tree: _Tree, access: list[Entry]) -> None:
+    valid = [e for e in access if e.valid]
+    _check_unique(c, valid, _team_of, "TeamAccess for team", ["spec", "team"])
+    for entry in valid:
+        team = _team_of(entry)
+        c.ref(
+            entry,
+            ["spec", "team"],
+            team,
+            tree.team_names,
+            f"team {team!r} does not exist (no TeamQuota)",
+            "ref.team",
+        )
+        for persona in entry.data["spec"]["members"]:
+            c.ref(
+                entry,
+                ["spec", "members", persona],
+                persona,
+                tree.personas,
+                f"persona {persona!r} does not exist",
+                "ref.persona",
+            )
+    with_access = {_team_of(e) for e in valid}
+    for entry in tree.valid_quotas:
         name = entry.data["metadata"]["name"]
-        if name not in teams_with_access:
+        if name not in with_access:
             c.warning(
                 entry,
                 ["metadata", "name"],
@@ -464,124 +578,110 @@ def cross_file_problems(
                 f"add rbac/{name}.yaml (`mpigate init --team {name}`)",
             )
 
-    # ---------------------------------------------------------------- NetworkProfiles / TeamNetwork
-    if profiles_doc:
-        spec = profiles_doc.data["spec"]
-        if spec["default"] not in profiles:
-            c.error(
-                profiles_doc,
-                ["spec", "default"],
-                f"default profile {spec['default']!r} is not defined",
-                "ref.profile",
-                _did_you_mean(spec["default"], profiles),
-            )
+
+def _check_networks(c: _Collector, tree: _Tree, networks: list[Entry]) -> None:
+    profiles = tree.profiles
+    if tree.profiles_doc is not None and profiles is not None:
+        doc = tree.profiles_doc
+        spec = doc.data["spec"]
+        c.ref(
+            doc,
+            ["spec", "default"],
+            spec["default"],
+            profiles,
+            f"default profile {spec['default']!r} is not defined",
+            "ref.profile",
+        )
         for name, profile in profiles.items():
-            mpi = profile["openmpi"]
-            if mpi["oobPortMin"] > mpi["oobPortMax"]:
-                c.error(
-                    profiles_doc,
-                    ["spec", "profiles", name, "openmpi", "oobPortMax"],
-                    "oobPortMax is below oobPortMin",
-                    "value.ports",
-                )
-            btl = range(mpi["btlPortMin"], mpi["btlPortMin"] + mpi["btlPortRange"])
-            if btl.stop - 1 > 65535:
-                c.error(
-                    profiles_doc,
-                    ["spec", "profiles", name, "openmpi", "btlPortRange"],
-                    f"BTL ports would end at {btl.stop - 1}, above 65535",
-                    "value.ports",
-                )
-            oob = range(mpi["oobPortMin"], mpi["oobPortMax"] + 1)
-            if profile["mode"] == "pinned-ports" and (
-                set(btl) & set(oob) or profile["sshPort"] in btl or profile["sshPort"] in oob
-            ):
-                c.error(
-                    profiles_doc,
-                    ["spec", "profiles", name, "openmpi"],
-                    "the BTL, OOB and SSH port ranges overlap",
-                    "value.ports",
-                    "give each its own range",
-                )
+            _check_ports(c, doc, name, profile)
         for list_name, rules in spec["egress"].items():
             for i, rule in enumerate(rules):
-                _check_cidr(c, profiles_doc, ["spec", "egress", list_name, i], rule)
-    networks = list(by_kind.get("TeamNetwork", []))
-    _check_unique(
-        c,
-        [e for e in networks if e.valid],
-        lambda e: e.data["spec"]["team"],
-        "TeamNetwork for team",
-        ["spec", "team"],
-    )
-    for entry in networks:
-        if not entry.valid:
-            continue
+                _check_cidr(c, doc, ["spec", "egress", list_name, i], rule)
+    valid = [e for e in networks if e.valid]
+    _check_unique(c, valid, _team_of, "TeamNetwork for team", ["spec", "team"])
+    for entry in valid:
         spec = entry.data["spec"]
-        if spec["team"] not in team_names:
-            c.error(
-                entry,
-                ["spec", "team"],
-                f"team {spec['team']!r} does not exist (no TeamQuota)",
-                "ref.team",
-                _did_you_mean(spec["team"], team_names),
-            )
-        if spec.get("profile") and profiles_doc and spec["profile"] not in profiles:
-            c.error(
+        c.ref(
+            entry,
+            ["spec", "team"],
+            spec["team"],
+            tree.team_names,
+            f"team {spec['team']!r} does not exist (no TeamQuota)",
+            "ref.team",
+        )
+        if spec.get("profile"):
+            c.ref(
                 entry,
                 ["spec", "profile"],
+                spec["profile"],
+                profiles,
                 f"network profile {spec['profile']!r} does not exist",
                 "ref.profile",
-                _did_you_mean(spec["profile"], profiles),
             )
         for i, name in enumerate(spec["egressLists"]):
-            if profiles_doc and name not in egress_lists:
-                c.error(
-                    entry,
-                    ["spec", "egressLists", i],
-                    f"egress list {name!r} does not exist",
-                    "ref.egress",
-                    _did_you_mean(name, egress_lists),
-                )
+            c.ref(
+                entry,
+                ["spec", "egressLists", i],
+                name,
+                tree.egress_lists,
+                f"egress list {name!r} does not exist",
+                "ref.egress",
+            )
         for i, rule in enumerate(spec["egress"]):
             _check_cidr(c, entry, ["spec", "egress", i], rule)
 
-    # ---------------------------------------------------------------- PolicyException
-    exceptions = list(by_kind.get("PolicyException", []))
+
+def _check_ports(c: _Collector, doc: Entry, name: str, profile: Mapping[str, Any]) -> None:
+    mpi = profile["openmpi"]
+    path: list[PathPart] = ["spec", "profiles", name, "openmpi"]
+    if mpi["oobPortMin"] > mpi["oobPortMax"]:
+        c.error(doc, [*path, "oobPortMax"], "oobPortMax is below oobPortMin", "value.ports")
+    btl = range(mpi["btlPortMin"], mpi["btlPortMin"] + mpi["btlPortRange"])
+    if btl.stop - 1 > 65535:
+        c.error(
+            doc, [*path, "btlPortRange"], f"BTL ports would end at {btl.stop - 1}, above 65535", "value.ports"
+        )
+    oob = range(mpi["oobPortMin"], mpi["oobPortMax"] + 1)
+    ssh = profile["sshPort"]
+    if profile["mode"] == "pinned-ports" and (set(btl) & set(oob) or ssh in btl or ssh in oob):
+        c.error(
+            doc, path, "the BTL, OOB and SSH port ranges overlap", "value.ports", "give each its own range"
+        )
+
+
+def _check_exceptions(c: _Collector, tree: _Tree, exceptions: list[Entry]) -> None:
     _check_unique(c, exceptions, _name, "exception", ["metadata", "name"])
-    today = today or dt.datetime.now(dt.UTC).date()
-    team_namespaces = {e.data["metadata"]["name"]: set(e.data["spec"]["namespaces"]) for e in valid_quotas}
+    team_namespaces = tree.team_namespaces
     for entry in exceptions:
         if not entry.valid:
             continue
         spec = entry.data["spec"]
-        if spec["team"] not in team_names:
-            c.error(
-                entry,
-                ["spec", "team"],
-                f"team {spec['team']!r} does not exist",
-                "ref.team",
-                _did_you_mean(spec["team"], team_names),
-            )
+        c.ref(
+            entry,
+            ["spec", "team"],
+            spec["team"],
+            tree.team_names,
+            f"team {spec['team']!r} does not exist",
+            "ref.team",
+        )
         for i, pattern in enumerate(spec["rules"]):
-            if not expand_rule_pattern(pattern, known_rules):
+            if not expand_rule_pattern(pattern, rule_ids()):
                 c.error(
                     entry,
                     ["spec", "rules", i],
                     f"{pattern!r} names no rule",
                     "ref.rule",
-                    _did_you_mean(pattern, known_rules),
+                    _did_you_mean(pattern, rule_ids()),
                 )
         for i, ns in enumerate(spec["match"].get("namespaces") or ()):
-            owned = team_namespaces.get(spec["team"])
-            if owned is not None and ns not in owned:
-                c.error(
-                    entry,
-                    ["spec", "match", "namespaces", i],
-                    f"namespace {ns!r} does not belong to team {spec['team']!r}",
-                    "ref.namespace",
-                    _did_you_mean(ns, owned),
-                )
+            c.ref(
+                entry,
+                ["spec", "match", "namespaces", i],
+                ns,
+                team_namespaces.get(spec["team"]),
+                f"namespace {ns!r} does not belong to team {spec['team']!r}",
+                "ref.namespace",
+            )
         try:
             expires = dt.date.fromisoformat(spec["expires"])
         except ValueError:
@@ -593,7 +693,7 @@ def cross_file_problems(
                 "use YYYY-MM-DD",
             )
             continue
-        if expires < today:
+        if expires < tree.today:
             c.warning(
                 entry,
                 ["spec", "expires"],
@@ -601,7 +701,7 @@ def cross_file_problems(
                 "expired.exception",
                 "renew it with a new approval or delete it",
             )
-        elif (expires - today).days > 366:
+        elif (expires - tree.today).days > 366:
             c.warning(
                 entry,
                 ["spec", "expires"],
@@ -610,18 +710,24 @@ def cross_file_problems(
                 "exceptions should be short-lived; review it at least yearly",
             )
 
-    # ---------------------------------------------------------------- runtimes
-    runtimes = [*by_kind.get("ClusterTrainingRuntime", []), *by_kind.get("TrainingRuntime", [])]
+
+def _runtime_key(entry: Entry) -> tuple[str, str, str] | None:
+    name = _name(entry)
+    if not name:
+        return None
+    return (entry.kind, (entry.data.get("metadata") or {}).get("namespace") or "", name)
+
+
+def _check_runtimes(c: _Collector, tree: _Tree, runtimes: list[Entry]) -> None:
     present: set[tuple[str, str]] = set()
-    all_namespaces = set().union(*team_namespaces.values()) if team_namespaces else set()
+    all_namespaces = set().union(*tree.team_namespaces.values())
     for entry in runtimes:
         rt_name = _name(entry)
         if not rt_name:
             c.error(entry, ["metadata", "name"], f"{entry.kind} has no metadata.name", "runtime.name")
             continue
-        if not isinstance(entry.data.get("spec"), dict) or not isinstance(
-            entry.data["spec"].get("template"), dict
-        ):
+        spec = entry.data.get("spec")
+        if not isinstance(spec, dict) or not isinstance(spec.get("template"), dict):
             c.error(
                 entry,
                 ["spec", "template"],
@@ -640,46 +746,42 @@ def cross_file_problems(
                     "runtime.namespace",
                     "or make it a ClusterTrainingRuntime",
                 )
-            elif ns not in all_namespaces:
-                c.error(
+            else:
+                c.ref(
                     entry,
                     ["metadata", "namespace"],
+                    ns,
+                    all_namespaces,
                     f"namespace {ns!r} belongs to no team",
                     "ref.namespace",
-                    _did_you_mean(ns, all_namespaces),
                 )
-    _check_unique(
-        c,
-        runtimes,
-        lambda e: (
-            (e.kind, (e.data.get("metadata") or {}).get("namespace") or "", _name(e)) if _name(e) else None
-        ),
-        "runtime",
-        ["metadata", "name"],
-    )
-    if org:
-        for i, allowed in enumerate(org.data["spec"]["runtimes"]["allowed"]):
-            name, kind, external = (
-                (allowed, "ClusterTrainingRuntime", False)
-                if isinstance(allowed, str)
-                else (allowed["name"], allowed["kind"], allowed["external"])
+    _check_unique(c, runtimes, _runtime_key, "runtime", ["metadata", "name"])
+    if tree.org is None:
+        return
+    for i, allowed in enumerate(tree.org_spec["runtimes"]["allowed"]):
+        name, kind, external = (
+            (allowed, "ClusterTrainingRuntime", False)
+            if isinstance(allowed, str)
+            else (allowed["name"], allowed["kind"], allowed["external"])
+        )
+        if not external and (kind, name) not in present:
+            c.error(
+                tree.org,
+                ["spec", "runtimes", "allowed", i],
+                f"approved runtime {name!r} ({kind}) is not in the config tree",
+                "ref.runtime",
+                "add its manifest (e.g. policies/runtimes/) or mark it `external: true`",
             )
-            if not external and (kind, name) not in present:
-                c.error(
-                    org,
-                    ["spec", "runtimes", "allowed", i],
-                    f"approved runtime {name!r} ({kind}) is not in the config tree",
-                    "ref.runtime",
-                    "add its manifest (e.g. policies/runtimes/) or mark it `external: true`",
-                )
 
-    # ---------------------------------------------------------------- PolicyTest
-    tests = list(by_kind.get("PolicyTest", []))
+
+def _check_tests(c: _Collector, tree: _Tree, tests: list[Entry]) -> None:
     _check_unique(c, tests, _name, "policy test", ["metadata", "name"])
+    base_dir = tree.root if tree.root.is_dir() else tree.root.parent
+    known_rules = rule_ids()
     for entry in tests:
         if not entry.valid:
             continue
-        base = Path(root if root.is_dir() else root.parent) / entry.doc.file
+        base = base_dir / entry.doc.file
         for i, case in enumerate(entry.data["spec"]["cases"]):
             for field in ("object", "oldObject"):
                 src = case.get(field)
@@ -694,14 +796,14 @@ def cross_file_problems(
             expect = case["expect"]
             for key in ("violations", "includes", "excludes", "warnings"):
                 for j, rid in enumerate(expect.get(key) or ()):
-                    if rid not in known_rules:
-                        c.error(
-                            entry,
-                            ["spec", "cases", i, "expect", key, j],
-                            f"unknown rule {rid!r}",
-                            "ref.rule",
-                            _did_you_mean(rid, known_rules),
-                        )
+                    c.ref(
+                        entry,
+                        ["spec", "cases", i, "expect", key, j],
+                        rid,
+                        known_rules,
+                        f"unknown rule {rid!r}",
+                        "ref.rule",
+                    )
         if entry.data["spec"].get("now"):
             try:
                 dt.datetime.fromisoformat(entry.data["spec"]["now"].replace("Z", "+00:00"))
@@ -709,8 +811,6 @@ def cross_file_problems(
                 c.error(
                     entry, ["spec", "now"], "not an RFC 3339 time", "value.time", "e.g. 2026-11-22T10:00:00Z"
                 )
-
-    return c.problems
 
 
 def _check_quantity(c: _Collector, entry: Entry, path: list[PathPart], value: Any) -> None:

@@ -117,19 +117,7 @@ def evaluate(
             revision=config.revision,
         )
     except Exception:  # pragma: no cover - defensive: the fuzz tests keep this path unused
-        log.exception("internal error evaluating %s %s/%s", request.kind, request.namespace, request.name)
-        return Decision(
-            allowed=False,
-            operation=request.operation,
-            kind=request.kind,
-            namespace=request.namespace,
-            name=request.name,
-            team=None,
-            revision=config.revision,
-            message=f"mpigate could not evaluate {request.kind} {request.namespace}/{request.name}: "
-            "internal error "
-            "(logged); denied to fail closed",
-        )
+        return _failed_closed(config, request, "evaluating")
 
 
 def mutations(
@@ -167,18 +155,7 @@ def mutations(
             patch=tuple(patch),
         )
     except Exception:  # pragma: no cover - defensive: the fuzz tests keep this path unused
-        log.exception("internal error mutating %s %s/%s", request.kind, request.namespace, request.name)
-        return Decision(
-            allowed=False,
-            operation=request.operation,
-            kind=request.kind,
-            namespace=request.namespace,
-            name=request.name,
-            team=None,
-            revision=config.revision,
-            message=f"mpigate could not evaluate {request.kind} {request.namespace}/{request.name}: "
-            "internal error (logged); denied to fail closed",
-        )
+        return _failed_closed(config, request, "mutating")
 
 
 # -- TrainJobs -----------------------------------------------------------------------------------
@@ -673,4 +650,20 @@ def _decide(
         exceptions=tuple(applied.values()),
         demand=demand,
         message=message,
+    )
+
+
+def _failed_closed(config: Config, request: AdmissionInput, doing: str) -> Decision:
+    """The answer to an internal error: logged with its traceback, denied with a clean message."""
+    log.exception("internal error %s %s %s/%s", doing, request.kind, request.namespace, request.name)
+    return Decision(
+        allowed=False,
+        operation=request.operation,
+        kind=request.kind,
+        namespace=request.namespace,
+        name=request.name,
+        team=None,
+        revision=config.revision,
+        message=f"mpigate could not evaluate {request.kind} {request.namespace}/{request.name}: "
+        "internal error (logged); denied to fail closed",
     )
