@@ -551,3 +551,18 @@ def test_per_team_smoke_trainjob_is_rendered_on_demand(example_rendering: Render
         pinned = team == "research-team"
         assert ("--expect-pinned" in job["spec"]["trainer"]["command"]) == pinned
         assert any(op["path"] == "/spec/trainer/env" for op in decision.patch) == pinned
+
+
+def test_teams_without_an_mpi_runtime_get_one_summary_warning_and_no_smoke_job() -> None:
+    from types import MappingProxyType
+
+    config = load(FIXTURES / "config" / "base", today=TODAY)
+    with_smoke = render(config, today=TODAY)
+    assert "teams/alpha/smoke/preflight-trainjob.yaml" in with_smoke.files
+    bare = dataclasses.replace(config, runtimes=MappingProxyType({}))
+    rendering = render(bare, today=TODAY)
+    assert not [p for p in rendering.files if "/smoke/" in p]
+    assert [w for w in rendering.warnings if "smoke" in w] == [
+        "no preflight smoke TrainJob for alpha, beta: "
+        "no approved MPI runtime of the team is in the config tree"
+    ]

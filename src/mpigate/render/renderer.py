@@ -259,13 +259,39 @@ def render(
     texts["kustomization.yaml"] = dump_object(kustomization(root_resources))
     # Per-team network smoke test, on demand: outside every kustomization, so GitOps does not
     # start it on each sync; `kubectl create -f teams/<team>/smoke/` runs it (docs/networking.md).
+    skipped: dict[str, list[str]] = {}
     for team_name in sorted(config.teams):
+        runtime = _smoke_runtime(config, team_name)
+        if runtime is None:
+            skipped.setdefault("no approved MPI runtime of the team is in the config tree", []).append(
+                team_name
+            )
+            continue
         try:
-            smoke = build_smoke_trainjob(config, team_name)
+            smoke = build_smoke_trainjob(config, team_name, runtime=runtime)
         except SmokeJobError as exc:
-            warnings.append(f"no preflight smoke TrainJob for team {team_name}: {exc}")
+            skipped.setdefault(str(exc), []).append(team_name)
             continue
         texts[f"teams/{team_name}/smoke/preflight-trainjob.yaml"] = dump_object(smoke)
+    for reason, teams in skipped.items():
+        shown = ", ".join(teams[:5]) + (f" and {len(teams) - 5} more" if len(teams) > 5 else "")
+        warnings.append(f"no preflight smoke TrainJob for {shown}: {reason}")
     texts[MARKER_FILE] = MARKER_TEXT
     log.info("rendered %d objects into %d files", len(objects), len(texts))
     return Rendering(config.revision, dict(sorted(texts.items())), tuple(objects), tuple(warnings))
+
+
+def _smoke_runtime(config: Config, team: str) -> str | None:
+    """The runtime a team's smoke job runs on: the first approved ClusterTrainingRuntime the team
+    may use that is in the tree and has an MPI policy."""
+    allowed = config.teams[team].runtimes
+    for approval in config.org.runtimes:
+        if approval.kind != "ClusterTrainingRuntime" or not approval.allows_team(team):
+            continue
+        if allowed is not None and approval.name not in allowed:
+            continue
+        runtime = config.runtime("ClusterTrainingRuntime", approval.name)
+        ml_policy = runtime.manifest.get("spec", {}).get("mlPolicy", {}) if runtime else {}
+        if runtime is not None and "mpi" in ml_policy:
+            return approval.name
+    return None
