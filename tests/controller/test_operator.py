@@ -264,11 +264,13 @@ async def test_policy_unlabelled_by_someone_is_restored_by_the_resync(
             ),
             what="label restored",
         )
-        assert (
+        # the Event is posted after the repair itself: wait for it too
+        repaired = (
             "Warning",
             "NetworkPolicyRepaired",
             "NetworkPolicy mpigate-minimal had been changed (labels); restored it.",
-        ) in events(kmock, "nlp-team", "minimal")
+        )
+        await wait_for(lambda: repaired in events(kmock, "nlp-team", "minimal"), what="the repair Event")
     finally:
         assert await running.shutdown() == 0
 
