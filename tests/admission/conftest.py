@@ -18,6 +18,8 @@ import yaml
 
 from mpigate.admission.server import ServeOptions, WebhookServer
 from mpigate.admission.service import ServiceSettings
+from mpigate.config import load
+from mpigate.policy import AdmissionInput, apply_patch, mutations
 from tests.conftest import FIXTURES
 
 from .stub_engine import stub_evaluate
@@ -32,6 +34,16 @@ def load_yaml(path: Path) -> dict[str, Any]:
     data = yaml.safe_load(path.read_text())
     assert isinstance(data, dict)
     return data
+
+
+def as_mutated(obj: dict[str, Any], config: Path) -> dict[str, Any]:
+    """``obj`` as the API server sends it to ``/validate``: after mpigate's own ``/mutate`` (the
+    engine's patch for a CREATE, applied)."""
+    meta = obj.get("metadata", {})
+    request = AdmissionInput("CREATE", "TrainJob", meta.get("namespace"), meta.get("name", ""), obj)
+    mutated = apply_patch(obj, mutations(load(config), request).patch)
+    assert isinstance(mutated, dict)
+    return mutated
 
 
 def trainjob(**labels: str) -> dict[str, Any]:

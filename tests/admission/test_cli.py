@@ -28,7 +28,7 @@ from mpigate.admission.server import ServeOptions
 from mpigate.cli import cli
 from tests.conftest import REPO
 
-from .conftest import ThreadedWebhook, wait_for, write_cert
+from .conftest import ThreadedWebhook, as_mutated, wait_for, write_cert
 
 SVC_NAMES = [
     "mpigate-webhook",
@@ -218,7 +218,9 @@ async def test_sigterm_finishes_the_review_in_flight_and_records_it(
         url = listening["url"]
         client_ctx = ssl.create_default_context()
         ca.configure_trust(client_ctx)
-        job = yaml.safe_load((REPO / "examples" / "trainjobs" / "llm-finetune.yaml").read_text())
+        job = as_mutated(
+            yaml.safe_load((REPO / "examples" / "trainjobs" / "llm-finetune.yaml").read_text()), REPO
+        )
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as http:
 
             async def review() -> tuple[int, dict[str, Any]]:

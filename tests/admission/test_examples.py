@@ -137,3 +137,18 @@ def test_denial_text_as_kubectl_prints_it(client: ReviewClient) -> None:
         "most 16 (nominal 16 + borrowing 0 on a100-eu). Set spec.trainer.numNodes to 2 or fewer, or ask "
         "#nlp-admins to raise quotas/nlp-team.yaml."
     )
+
+
+def test_validate_judges_the_object_as_received(client: ReviewClient) -> None:
+    """/validate judges what will be stored: an object that skipped mpigate's mutation (a later
+    webhook undid it) is denied with a fix, the same object after /mutate is admitted."""
+    obj = yaml.safe_load((REPO / "examples" / "trainjobs" / "phi-pinned.yaml").read_text())
+    status, answer = client.post("/validate", make_review(obj, uid="unmutated"))
+    assert status == 200
+    response = answer["response"]
+    assert response["allowed"] is False
+    rules = set(response["auditAnnotations"]["rules"].split(","))
+    assert {"MPG-NET-001", "MPG-NET-002", "MPG-RES-001"} <= rules
+    assert "Let mpigate add its runtime patch (create the TrainJob again)" in response["status"]["message"]
+    result = replay(client, obj)
+    assert result.allowed is True and result.patch_ops

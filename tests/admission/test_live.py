@@ -24,7 +24,7 @@ from mpigate.config import load
 from mpigate.policy.decision import AdmissionInput
 from tests.conftest import REPO
 
-from .conftest import BASE_ORG, StartWebhook, trainjob, wait_for
+from .conftest import BASE_ORG, StartWebhook, as_mutated, trainjob, wait_for
 
 TJ = "trainer.kubeflow.org/v1alpha1/trainjobs"
 TJ_PATH = "/apis/trainer.kubeflow.org/v1alpha1/trainjobs"
@@ -418,7 +418,7 @@ async def test_live_quota_context_drives_the_real_engine(
     live = server.service.live
     assert isinstance(live, KubeLiveSource)
     await wait_for(lambda: live.jobs.synced)
-    obj = yaml.safe_load((REPO / "examples" / "trainjobs" / "queue-full.yaml").read_text())
+    obj = as_mutated(yaml.safe_load((REPO / "examples" / "trainjobs" / "queue-full.yaml").read_text()), REPO)
     async with http.post(server.url + "/validate", json=make_review(obj, uid="q")) as resp:
         response = (await resp.json())["response"]
     assert response["allowed"] is allowed

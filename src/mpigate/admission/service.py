@@ -33,7 +33,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from mpigate.config import Config
-from mpigate.policy import evaluate, mutations
+from mpigate.policy import judge, mutations
 from mpigate.policy.decision import AdmissionInput, Decision, LiveContext
 
 from .deadline import AlarmClock, DeadlineExceeded
@@ -76,8 +76,9 @@ MIN_RECORD_SECONDS: Final = 0.05
 
 
 def default_evaluator() -> Evaluator:
-    """The policy engine, ``mpigate.policy.evaluate``."""
-    return evaluate
+    """The policy engine's verdict on an object as received, ``mpigate.policy.judge`` (the
+    object reaching ``/validate`` has been through ``/mutate`` already)."""
+    return judge
 
 
 def default_mutator() -> Evaluator:
@@ -167,7 +168,7 @@ class AdmissionService:
 
     @property
     def evaluator(self) -> Evaluator:
-        return self._evaluator or evaluate
+        return self._evaluator or judge
 
     @property
     def mutator(self) -> Evaluator:

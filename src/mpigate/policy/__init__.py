@@ -19,7 +19,7 @@ from .decision import (
     UserInfo,
     Violation,
 )
-from .engine import evaluate, mutations
+from .engine import evaluate, judge, mutations
 from .jsonpatch import JsonPatchError, apply_patch, diff
 
 __all__ = [
@@ -35,5 +35,6 @@ __all__ = [
     "apply_patch",
     "diff",
     "evaluate",
+    "judge",
     "mutations",
 ]

@@ -80,7 +80,7 @@ from .rules.residency import check_residency
 from .rules.runtime import check_mpi_sanity, check_runtime_approval, check_runtime_drift
 from .rules.security import check_pod_security, check_secrets, check_service_accounts, credential_reason
 
-__all__ = ["RUNTIME_KINDS", "evaluate", "mutations"]
+__all__ = ["RUNTIME_KINDS", "evaluate", "judge", "mutations"]
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +101,39 @@ def evaluate(
     Never raises for any object: malformed fields become violations; an unexpected internal error
     is logged and answered as a denial (fail closed) that says so.
     """
+    return _evaluate(config, request, live, now, mutate=True)
+
+
+def judge(
+    config: Config,
+    request: AdmissionInput,
+    live: LiveContext | None = None,
+    now: dt.datetime | None = None,
+) -> Decision:
+    """What the validating webhook needs: the verdict on the object *as it will be stored*.
+
+    :func:`evaluate` first applies mpigate's own mutation to a CREATE and judges the result (what
+    ``explain`` and ``test`` show for a manifest). The API server calls the validating webhook
+    after every mutating webhook, ours included (``failurePolicy: Fail``, reinvoked when another
+    webhook changes the object), so the object it sends is already mutated: judging it as received
+    gives the same verdict without recomputing the patch, and judges what is actually persisted
+    when a later webhook undid part of the mutation. The decision carries no patch.
+    """
+    return _evaluate(config, request, live, now, mutate=False)
+
+
+def _evaluate(
+    config: Config,
+    request: AdmissionInput,
+    live: LiveContext | None,
+    now: dt.datetime | None,
+    *,
+    mutate: bool,
+) -> Decision:
     moment = now or dt.datetime.now(dt.UTC)
     try:
         if request.kind == "TrainJob":
-            return _trainjob(config, request, live, moment)
+            return _trainjob(config, request, live, moment, mutate=mutate)
         if request.kind in RUNTIME_KINDS:
             return _runtime(config, request, moment)
         return Decision(
@@ -173,7 +202,7 @@ def _identity(request: AdmissionInput, obj: Mapping[str, Any]) -> tuple[str, str
 
 
 def _trainjob(
-    config: Config, request: AdmissionInput, live: LiveContext | None, now: dt.datetime
+    config: Config, request: AdmissionInput, live: LiveContext | None, now: dt.datetime, *, mutate: bool
 ) -> Decision:
     obj = _object(request) if request.obj is not None else as_mapping(request.old_obj)
     namespace, name = _identity(request, obj)
@@ -200,7 +229,7 @@ def _trainjob(
     ctx0, runtime = _job_context(config, request.operation, obj, namespace, name, team, live, resolved=False)
     patch: list[dict[str, Any]] = []
     target: Mapping[str, Any] = obj
-    if request.operation == "CREATE":
+    if request.operation == "CREATE" and mutate:
         patch, target = _mutation(ctx0, obj, runtime)
     ctx, _ = _job_context(config, request.operation, target, namespace, name, team, live, runtime=runtime)
     demand = _demand(ctx)
