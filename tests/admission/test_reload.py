@@ -15,6 +15,7 @@ import trustme
 from cryptography import x509
 
 from mpigate.admission.client import make_review
+from mpigate.admission.reload import tree_stamp
 
 from .conftest import BASE_ORG, StartWebhook, trainjob, wait_for, write_cert
 
@@ -164,3 +165,23 @@ async def test_a_half_written_certificate_is_not_loaded(
     _, conn = await asyncio.open_connection("127.0.0.1", server.port, ssl=client_ssl)
     assert serial_of(conn) != first
     conn.close()
+
+
+def test_the_fingerprint_covers_exactly_the_config_files(org: Path) -> None:
+    before = tree_stamp(org)
+    # Not config: other file types, excluded top-level folders, hidden folders.
+    (org / "README.md").write_text("notes\n")
+    (org / "docs").mkdir(exist_ok=True)
+    (org / "docs" / "page.yaml").write_text("a: 1\n")
+    (org / ".git").mkdir(exist_ok=True)
+    (org / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert tree_stamp(org) == before
+    # Config: a new YAML file, an edited one, the ignore file, the bundle revision.
+    (org / "quotas" / "new.yaml").write_text("# empty\n")
+    after_new = tree_stamp(org)
+    assert after_new != before
+    (org / ".mpigateignore").write_text("quotas/new.yaml\n")
+    after_ignore = tree_stamp(org)
+    assert after_ignore not in (before, after_new)
+    (org / ".mpigate-revision").write_text("rev-9\n")
+    assert tree_stamp(org) != after_ignore

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpigate.config import Config, ConfigError, load
+from mpigate.config.discovery import IGNORE_FILE, discover
+from mpigate.config.loader import REVISION_FILE
 
 from .logjson import fields
 
@@ -32,7 +34,10 @@ Loader = Callable[[Path], Config]
 
 
 def tree_stamp(path: Path) -> Stamp:
-    """A fingerprint that changes whenever a file under ``path`` changes (or appears/vanishes)."""
+    """A fingerprint that changes whenever a file of the config tree at ``path`` changes, appears
+    or vanishes: the files :func:`mpigate.config.discover` loads (so that edits elsewhere in a
+    repository checkout — docs, build output, code — neither trigger a reload nor cost a walk of
+    their folders), the ``.mpigateignore`` that selects them, and a ConfigMap's ``..data`` link."""
     entries: list[object] = []
     data_link = path / "..data"
     if data_link.is_symlink():
@@ -40,15 +45,13 @@ def tree_stamp(path: Path) -> Stamp:
     if path.is_file() or not path.is_dir():
         entries.append(_file_entry(path, path.name))
         return tuple(entries)
-    for root, dirs, files in os.walk(path):
-        # Hidden directories: .git, and the kubelet's ..<timestamp> directories (their files are
-        # reached through the visible symlinks, and ..data is fingerprinted above).
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        # Plain strings, not Path objects: this runs every poll interval, next to the event loop.
-        prefix = os.path.relpath(root, path)
-        for name in sorted(files):
-            rel = name if prefix == "." else os.path.join(prefix, name)
-            entries.append(_file_entry(os.path.join(root, name), rel))
+    for name in (IGNORE_FILE, REVISION_FILE):
+        entries.append(_file_entry(path / name, name))
+    # Plain strings for the entries, not Path objects: this runs every poll interval.
+    prefix = len(str(path)) + 1
+    for file in discover(path):
+        full = str(file)
+        entries.append(_file_entry(full, full[prefix:]))
     return tuple(entries)
 
 
