@@ -4,15 +4,24 @@ Targets, each a server in its own process on 127.0.0.1 with the same TLS setting
 
 - ``noop``: an aiohttp app that decodes the AdmissionReview and answers ``allowed`` (the
   floor: HTTP + TLS + JSON);
+- ``shell``: mpigate's server exactly as ``mpigate serve`` runs it (aiohttp app, review decoding,
+  request ids, JSON log line, metrics, deadline) with the policy engine replaced by one that
+  allows everything — the floor of mpigate's own HTTP path, which splits the gap to the no-op
+  into server overhead and engine time;
 - ``mpigate``: ``mpigate serve`` on the example org (every rule, JSON logs);
 - ``mpigate+audit``: the same, writing the hash-chained audit trail (group-committed fsync).
 
 The load: every example TrainJob, as the API server sends it — ``/mutate`` with the object, then
-``/validate`` with the patched object (the pairs are prepared once through the server). Client
-processes each hold keep-alive connections and run closed loops (send, wait, send); the
-concurrency is split over them so that one Python client does not become the bottleneck.
+``/validate`` with the patched object (the pairs are prepared once through the server), each pair
+in several copies with their own uid and name, as the API server sends them (no two consecutive
+requests are identical). Client processes each hold keep-alive connections and run closed loops
+(send, wait, send); the concurrency is split over them so that one Python client does not become
+the bottleneck. Next to throughput and latency, the server's CPU time per request (from
+/proc/<pid>/stat, all its processes) is printed: it does not depend on how the two cores are
+shared with the load generator.
 
     .venv/bin/python benchmarks/webhook_load.py [--seconds 5] [--concurrency 1,10,50] [--workers 2]
+        [--targets noop,shell,mpigate,mpigate+audit]
 
 Prints throughput, latency percentiles and errors per target and concurrency, then the goals
 (zero errors; p99 ≤ 15 ms at concurrency 10; mpigate ≥ 50 % of the no-op throughput).
@@ -80,11 +89,42 @@ def run_noop(port_file: str, cert: str, key: str) -> None:
     asyncio.run(main())
 
 
+def run_shell(port_file: str, cert: str, key: str) -> None:
+    """mpigate's own server with a policy engine that allows everything (see the docstring)."""
+    from mpigate.admission.server import ServeOptions, WebhookServer
+    from mpigate.cli.serve_commands import _configure_logging
+    from mpigate.config import Config
+    from mpigate.policy.decision import AdmissionInput, Decision, LiveContext
+
+    def allow(config: Config, request: AdmissionInput, live: LiveContext | None, now: object) -> Decision:
+        return Decision(
+            allowed=True,
+            operation=request.operation,
+            kind=request.kind,
+            namespace=request.namespace,
+            name=request.name,
+            team=None,
+            revision=config.revision,
+        )
+
+    _configure_logging("json", "info")  # as ``mpigate serve`` logs: one JSON line per review
+    options = ServeOptions(
+        config=REPO, tls_cert=Path(cert), tls_key=Path(key), host="127.0.0.1", port=0, worker=None
+    )
+
+    async def main() -> None:
+        server = WebhookServer(options, evaluator=allow, mutator=allow)
+        await server.run_until_signalled(lambda: Path(port_file).write_text(str(server.port)))
+
+    asyncio.run(main())
+
+
 # ---------------------------------------------------------------------------------- load client
 
 
 async def _worker(port: int, ctx: ssl.SSLContext, requests: list[bytes], start: int, until: float,
-                  warmup_until: float, out: list[float], errors: list[str]) -> None:  # fmt: skip
+                  warmup_until: float, out: list[float], errors: list[str],
+                  done: list[int]) -> None:  # fmt: skip
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
     i = start
     loop = asyncio.get_running_loop()
@@ -115,6 +155,7 @@ async def _worker(port: int, ctx: ssl.SSLContext, requests: list[bytes], start: 
         if status != 200 or b'"response"' not in body:
             errors.append(f"HTTP {status}: {body[:200]!r}")
             continue
+        done[0] += 1
         if now >= warmup_until:
             out.append(elapsed)
     writer.close()
@@ -124,19 +165,20 @@ def run_client(port: int, ca: str, requests: list[bytes], workers: int, offset: 
                warmup: float, queue: Any) -> None:  # fmt: skip
     ctx = ssl.create_default_context(cafile=ca)
 
-    async def main() -> tuple[list[float], list[str]]:
+    async def main() -> tuple[list[float], list[str], int]:
         loop = asyncio.get_running_loop()
         warmup_until = loop.time() + warmup
         until = warmup_until + seconds
         latencies: list[float] = []
         errors: list[str] = []
+        done = [0]
         await asyncio.gather(
             *(
-                _worker(port, ctx, requests, offset + w * 7, until, warmup_until, latencies, errors)
+                _worker(port, ctx, requests, offset + w * 7, until, warmup_until, latencies, errors, done)
                 for w in range(workers)
             )
         )
-        return latencies, errors
+        return latencies, errors, done[0]
 
     queue.put(asyncio.run(main()))
 
@@ -150,26 +192,45 @@ def http_request(path: str, review: dict[str, Any]) -> bytes:
     return head.encode() + body
 
 
-def prepare_requests(url: str, ca: str) -> list[bytes]:
-    """/mutate + /validate pairs for every example TrainJob, as the API server would send them."""
+def prepare_requests(url: str, ca: str, copies: int = 8) -> list[bytes]:
+    """/mutate + /validate pairs for every example TrainJob, as the API server would send them:
+    ``copies`` of each, with their own uid and job name (the patch does not depend on either)."""
     client = ReviewClient(url, ca_file=ca)
     out: list[bytes] = []
     try:
-        for path in sorted((REPO / "examples" / "trainjobs").glob("*.yaml")):
-            obj = yaml.safe_load(path.read_text())
-            mutate = make_review(obj)
-            status, answer = client.post("/mutate", mutate)
-            assert status == 200, answer
-            patched = apply_review_patch(mutate["request"]["object"], answer["response"])
-            out.append(http_request("/mutate", mutate))
-            out.append(http_request("/validate", make_review(patched)))
+        for copy in range(copies):
+            for path in sorted((REPO / "examples" / "trainjobs").glob("*.yaml")):
+                obj = yaml.safe_load(path.read_text())
+                obj["metadata"]["name"] = f"{obj['metadata']['name'][:50]}-{copy}"
+                mutate = make_review(obj, uid=f"bench-{copy}-{path.stem}-m")
+                status, answer = client.post("/mutate", mutate)
+                assert status == 200, answer
+                patched = apply_review_patch(mutate["request"]["object"], answer["response"])
+                out.append(http_request("/mutate", mutate))
+                out.append(http_request("/validate", make_review(patched, uid=f"bench-{copy}-{path.stem}-v")))
     finally:
         client.close()
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` and its child processes (``--workers``), from /proc."""
+    total = 0.0
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for p in (pid, *map(int, children)):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def measure(port: int, ca: str, requests: list[bytes], concurrency: int, procs: int, seconds: float,
-            warmup: float) -> dict[str, Any]:  # fmt: skip
+            warmup: float, server_pid: int) -> dict[str, Any]:  # fmt: skip
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     nproc = max(1, min(procs, concurrency))
@@ -178,14 +239,18 @@ def measure(port: int, ca: str, requests: list[bytes], concurrency: int, procs: 
         ctx.Process(target=run_client, args=(port, ca, requests, share, i * 101, seconds, warmup, queue))
         for i, share in enumerate(shares)
     ]
+    cpu_before = cpu_seconds(server_pid)
     for child in children:
         child.start()
     latencies: list[float] = []
     errors: list[str] = []
+    answered = 0
     for _ in children:
-        lat, err = queue.get(timeout=seconds + warmup + 60)
+        lat, err, count = queue.get(timeout=seconds + warmup + 60)
         latencies.extend(lat)
         errors.extend(err)
+        answered += count
+    cpu = cpu_seconds(server_pid) - cpu_before
     for child in children:
         child.join()
     latencies.sort()
@@ -207,6 +272,8 @@ def measure(port: int, ca: str, requests: list[bytes], concurrency: int, procs: 
         "mean": statistics.fmean(latencies) * 1000 if latencies else float("nan"),
         "errors": len(errors),
         "first_error": errors[0] if errors else "",
+        # The clients start and stop within the sampled window (warm-up requests included).
+        "cpu_us": cpu / answered * 1e6 if answered else float("nan"),
     }
 
 
@@ -243,7 +310,7 @@ def start_mpigate(
     while time.monotonic() < end:
         text = log_path.read_text(errors="replace")
         for line in text.splitlines():
-            if '"event": "listening"' in line:
+            if '"event":"listening"' in line:
                 return proc, int(json.loads(line)["port"])
         if proc.poll() is not None:
             raise RuntimeError(f"mpigate exited with {proc.returncode}: {text[-2000:]}")
@@ -257,7 +324,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--concurrency", default="1,10,50")
     parser.add_argument("--client-procs", type=int, default=2, help="load generator processes")
-    parser.add_argument("--targets", default="noop,mpigate,mpigate+audit")
+    parser.add_argument("--targets", default="noop,shell,mpigate,mpigate+audit")
     parser.add_argument("--workers", type=int, default=1, help="mpigate serve --workers (processes)")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -273,18 +340,21 @@ def main() -> None:
           f"mpigate serve --workers {args.workers}")  # fmt: skip
     try:
         for target in targets:
-            if target == "noop":
-                port_file = tmp / "noop.port"
+            if target in ("noop", "shell"):
+                port_file = tmp / f"{target}.port"
+                log = (tmp / f"{target}.log").open("wb")
                 proc: subprocess.Popen[bytes] = subprocess.Popen(
                     [
                         sys.executable,
                         __file__,
-                        "--noop-server",
+                        f"--{target}-server",
                         str(port_file),
                         str(issued.tls_cert),
                         str(issued.tls_key),
-                    ]
+                    ],
+                    stderr=log,
                 )
+                log.close()
                 port = wait_port(port_file, proc)
             else:
                 proc, port = start_mpigate(
@@ -292,7 +362,7 @@ def main() -> None:
                 )
             try:
                 if requests is None:
-                    if target == "noop":  # the pairs are prepared through mpigate itself
+                    if target in ("noop", "shell"):  # the pairs are prepared through mpigate itself
                         helper, hport = start_mpigate(tmp, issued.tls_cert, issued.tls_key, audit=False)
                         requests = prepare_requests(f"https://localhost:{hport}", ca)
                         helper.send_signal(signal.SIGTERM)
@@ -300,9 +370,10 @@ def main() -> None:
                     else:
                         requests = prepare_requests(f"https://localhost:{port}", ca)
                     print(f"load: {len(requests)} requests (/mutate + /validate of "
-                          f"{len(requests) // 2} example TrainJobs), cycled")  # fmt: skip
+                          f"{len(requests) // 2} TrainJobs: the examples in copies with their own uid "
+                          "and name), cycled")  # fmt: skip
                 results[target] = [
-                    measure(port, ca, requests, c, args.client_procs, args.seconds, args.warmup)
+                    measure(port, ca, requests, c, args.client_procs, args.seconds, args.warmup, proc.pid)
                     for c in levels
                 ]
             finally:
@@ -312,11 +383,12 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     print()
-    print(f"{'target':<14} {'conc':>4} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>7}")
+    head = f"{'target':<14} {'conc':>4} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>7}"
+    print(f"{head} {'server CPU µs/req':>18}")
     for target, rows in results.items():
         for row in rows:
             figures = f"{row['rps']:>8.0f} {row['p50']:>8.2f} {row['p95']:>8.2f} {row['p99']:>8.2f}"
-            print(f"{target:<14} {row['concurrency']:>4} {figures} {row['errors']:>7}")
+            print(f"{target:<14} {row['concurrency']:>4} {figures} {row['errors']:>7} {row['cpu_us']:>18.0f}")
             if row["first_error"]:
                 print(f"{'':<14} first error: {row['first_error']}")
     averages = ", ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -339,10 +411,23 @@ def main() -> None:
             ratio = by_c[c]["rps"] / noop_c[c]["rps"] if noop_c[c]["rps"] else float("nan")
             verdict = "met" if ratio >= 0.5 else "NOT met"
             print(f"  throughput >= 50% of no-op at c={c:<3}:   {verdict} ({ratio:.0%})")
+        if "shell" in results:
+            shell_c = {r["concurrency"]: r for r in results["shell"]}
+            print()
+            print("where the server's CPU goes per request (µs; c = concurrency):")
+            for c in levels:
+                floor, shell, full = noop_c[c]["cpu_us"], shell_c[c]["cpu_us"], by_c[c]["cpu_us"]
+                print(
+                    f"  c={c:<3} no-op {floor:4.0f} | mpigate's HTTP path +{shell - floor:4.0f} | "
+                    f"policy engine +{full - shell:4.0f} | total {full:4.0f} "
+                    f"(the shell alone reaches {shell_c[c]['rps'] / noop_c[c]['rps']:.0%} of the no-op)"
+                )
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--noop-server":
         run_noop(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) == 5 and sys.argv[1] == "--shell-server":
+        run_shell(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         main()

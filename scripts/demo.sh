@@ -91,7 +91,7 @@ PY
 kill -TERM "$server_pid"
 wait "$server_pid" || true
 trap - EXIT
-grep -c '"event": "review"' build/demo-webhook/server.log | xargs echo "reviews logged:"
+grep -c '"event":"review"' build/demo-webhook/server.log | xargs echo "reviews logged:"
 mpigate audit verify build/demo-webhook/audit --key build/demo-webhook/audit.key
 
 step "The pinned-ports profile with real OpenMPI: preflight under mpirun, every TCP port observed"

@@ -12,6 +12,8 @@ import json
 import logging
 from typing import Any
 
+import orjson
+
 __all__ = ["JsonFormatter", "fields"]
 
 # json.dumps(out, ensure_ascii=False, default=str) builds an encoder per call; this is the same one.
@@ -39,4 +41,7 @@ class JsonFormatter(logging.Formatter):
                 out.setdefault(key, value)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return _encode(out)
+        try:  # orjson: one line per review, several times faster than the standard encoder
+            return orjson.dumps(out, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        except TypeError:  # what orjson refuses (integers beyond 64 bits, ...): the standard one
+            return _encode(out)

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import itertools
 import json
 import logging
 import os
 import re
+import secrets
 import signal
 import ssl
-import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -49,9 +50,23 @@ DEFAULT_MAX_BODY: Final = 3 * 1024 * 1024
 REQUEST_ID_HEADER: Final = "X-Request-Id"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
+
+class RequestIds:
+    """Request ids: a random per-process prefix and a counter (unique across restarts and
+    ``--workers`` processes without the ``os.urandom`` call of a UUID per request)."""
+
+    def __init__(self) -> None:
+        self._prefix = secrets.token_hex(4)
+        self._next = itertools.count(1)
+
+    def new(self) -> str:
+        return f"{self._prefix}{next(self._next):08x}"
+
+
 SERVICE_KEY: Final = web.AppKey("service", AdmissionService)
 STATE_KEY: Final = web.AppKey("state", dict)
 MAX_BODY_KEY: Final = web.AppKey("max_body", int)
+REQUEST_IDS_KEY: Final = web.AppKey("request_ids", RequestIds)
 REQUEST_ID_KEY: Final = web.RequestKey("request_id", str)
 
 
@@ -70,7 +85,7 @@ async def _request_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     incoming = request.headers.get(REQUEST_ID_HEADER, "")
-    request_id = incoming if _SAFE_ID.match(incoming) else uuid.uuid4().hex
+    request_id = incoming if incoming and _SAFE_ID.match(incoming) else request.app[REQUEST_IDS_KEY].new()
     request[REQUEST_ID_KEY] = request_id
     try:
         response = await handler(request)
@@ -152,6 +167,7 @@ def build_app(service: AdmissionService, *, max_body: int = DEFAULT_MAX_BODY) ->
     app[SERVICE_KEY] = service
     app[STATE_KEY] = {"draining": False}
     app[MAX_BODY_KEY] = max_body
+    app[REQUEST_IDS_KEY] = RequestIds()
     app.router.add_post(MUTATE_PATH, _review_handler("mutate"))
     app.router.add_post(VALIDATE_PATH, _review_handler("validate"))
     app.router.add_get(HEALTHZ_PATH, _healthz)
