@@ -164,14 +164,18 @@ class EffectiveJob:
         value = self.template.get("spec")
         return value if is_mapping(value) else {}
 
-    def containers(self) -> list[tuple[str, int, Mapping[str, Any]]]:
+    def containers(self) -> tuple[tuple[str, int, Mapping[str, Any]], ...]:
         """``(list field, index, container)`` for init, regular and ephemeral containers."""
-        out: list[tuple[str, int, Mapping[str, Any]]] = []
-        for list_field in ("initContainers", "containers", "ephemeralContainers"):
-            items = self.spec.get(list_field)
-            if isinstance(items, list):
-                out.extend((list_field, i, c) for i, c in enumerate(items) if is_mapping(c))
-        return out
+        found = self.memo.get("containers")  # most rules walk the containers: list them once
+        if found is None:
+            out: list[tuple[str, int, Mapping[str, Any]]] = []
+            spec = self.spec
+            for list_field in ("initContainers", "containers", "ephemeralContainers"):
+                items = spec.get(list_field)
+                if isinstance(items, list):
+                    out.extend((list_field, i, c) for i, c in enumerate(items) if is_mapping(c))
+            found = self.memo["containers"] = tuple(out)
+        return found
 
     def origin(self, pod_path: Sequence[str | int]) -> str:
         """Where the value at ``pod_path`` (relative to the pod template, with list indexes) was set,
