@@ -342,10 +342,15 @@ def _labels(job: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _pod_template(job: Mapping[str, Any]) -> dict[str, Any]:
-    found, value = get_path(job, _JOB_TO_POD)
-    if not found or not is_mapping(value):
-        return {}
-    return value if type(value) is dict else dict(value)
+    # get_path(job, _JOB_TO_POD) spelled out: called for every job several times per resolution.
+    value: Any = job
+    for key in ("template", "spec", "template"):
+        if type(value) is not dict and not is_mapping(value):
+            return {}
+        value = value.get(key)
+    if type(value) is dict:
+        return value
+    return dict(value) if is_mapping(value) else {}
 
 
 def _private_pod(job: Mapping[str, Any]) -> dict[str, Any]:

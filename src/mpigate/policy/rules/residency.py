@@ -306,6 +306,10 @@ def _uris(ctx: JobContext) -> Iterator[Finding]:
                     value = as_str(as_mapping(var).get("value"))
                     if value is None or "://" not in value:
                         continue
+                    # Only a storage URI can be a finding: the field's origin (costly) only for one.
+                    match = _URI.match(value)
+                    if match is None or match.group(1).lower() not in schemes:
+                        continue
                     path = job.origin(("spec", list_field, index, "env", e_index))
                     name = as_mapping(var).get("name")
                     what = "storage URI" if path.endswith("storageUri") else f"env {name}"

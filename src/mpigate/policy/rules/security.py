@@ -7,7 +7,7 @@ import itertools
 import math
 import re
 from collections.abc import Iterator, Mapping
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from mpigate.catalogue import all_rules
@@ -161,6 +161,16 @@ def _entropy(text: str) -> float:
     return -sum(c / len(text) * math.log2(c / len(text)) for c in counts.values())
 
 
+# Env var names recur in every job (the values, which may be secrets, are never cached).
+@lru_cache(maxsize=4096)
+def _credential_name(name: str) -> bool:
+    """Whether a word (or pair of words) of the env var name says "credential"."""
+    words = [w for w in _NON_WORD.split(name.upper()) if w]
+    return any(w in _SECRET_WORDS for w in words) or any(
+        pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
+    )
+
+
 def credential_reason(name: str, value: str) -> str | None:
     """Why a literal env value looks like a credential (``None`` when it does not). Never the value."""
     stripped = value.strip()
@@ -170,12 +180,8 @@ def credential_reason(name: str, value: str) -> str | None:
         for kind, pattern in _SHAPES:
             if pattern.search(stripped):
                 return f"the value has the shape of {kind}"
-    if len(stripped) >= 6:
-        words = [w for w in _NON_WORD.split(name.upper()) if w]
-        if any(w in _SECRET_WORDS for w in words) or any(
-            pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
-        ):
-            return f"the name {name} says it is a credential"
+    if len(stripped) >= 6 and _credential_name(name):
+        return f"the name {name} says it is a credential"
     if _HIGH_ENTROPY.match(stripped) and not stripped.isdigit() and _entropy(stripped) >= 4.2:
         return "the value is a long random-looking string"
     return None
