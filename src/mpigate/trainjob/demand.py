@@ -50,13 +50,14 @@ class PodResources:
         return tuple(item for c in self.containers for item in c.invalid)
 
 
-# Quantity strings ("8", "64Gi", "500m") recur across every container and job: parse each once
-# (a pure function of the string; Fractions are immutable; failures are not cached).
+# Quantities ("8", "64Gi", "500m", 4) recur across every container and job: parse each once
+# (a pure function of the string or int; Fractions are immutable; failures are not cached).
 _parse_quantity_text = lru_cache(maxsize=4096)(parse_quantity)
 
 
 def _quantity(value: Any) -> Fraction:
-    return _parse_quantity_text(value) if type(value) is str else parse_quantity(value)
+    kind = type(value)
+    return _parse_quantity_text(value) if kind is str or kind is int else parse_quantity(value)
 
 
 def _quantities(
@@ -75,7 +76,7 @@ def _quantities(
         except (ValueError, TypeError, ZeroDivisionError, OverflowError):
             invalid.append(((*path, str(name)), f"{value!r} is not a Kubernetes quantity"))
             continue
-        if quantity < 0:
+        if quantity.numerator < 0:  # the sign, without Fraction's rich comparison (hot path)
             invalid.append(((*path, str(name)), "must not be negative"))
             continue
         values[str(name)] = quantity

@@ -177,6 +177,19 @@ class EffectiveJob:
             found = self.memo["containers"] = tuple(out)
         return found
 
+    def env(self) -> tuple[tuple[str, int, int, Mapping[str, Any]], ...]:
+        """``(list field, container index, env index, entry)`` for every env entry of every
+        container (entries that are not mappings read as ``{}``), in container order."""
+        found = self.memo.get("env")  # three rule families walk every env entry: list them once
+        if found is None:
+            found = self.memo["env"] = tuple(
+                (list_field, index, e_index, var if is_mapping(var) else {})
+                for list_field, index, container in self.containers()
+                if isinstance(items := container.get("env"), list)
+                for e_index, var in enumerate(items)
+            )
+        return found
+
     def origin(self, pod_path: Sequence[str | int]) -> str:
         """Where the value at ``pod_path`` (relative to the pod template, with list indexes) was set,
         as a user-facing path. For a missing field: where it belongs, in the runtime or patch that

@@ -13,7 +13,7 @@ from typing import Any
 from mpigate.catalogue import all_rules
 from mpigate.config.model import SecurityPolicy
 from mpigate.policy import pss
-from mpigate.policy.context import as_list, as_mapping, as_str
+from mpigate.policy.context import as_mapping, as_str
 from mpigate.policy.findings import Finding
 from mpigate.trainjob import EffectiveJob, Resolution, parse_path
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
@@ -191,29 +191,27 @@ def check_secrets(jobs: tuple[EffectiveJob, ...]) -> Iterator[Finding]:
     """MPG-SEC-SECRETS on every container's literal env values (the values are never echoed)."""
     seen: set[str] = set()
     for job in jobs:
-        for list_field, index, container in job.containers():
-            for e_index, var in enumerate(as_list(container.get("env"))):
-                var = as_mapping(var)
-                name = as_str(var.get("name")) or "?"
-                value = var.get("value")
-                if not isinstance(value, str):
-                    continue
-                reason = credential_reason(name, value)
-                if reason is None:
-                    continue
-                path = job.origin(("spec", list_field, index, "env", e_index))
-                if path in seen or (path.startswith("runtime ") and "spec.mlPolicy.mpi" in path):
-                    continue
-                seen.add(path)
-                yield Finding(
-                    "MPG-SEC-SECRETS",
-                    path,
-                    f"env {name} has a literal value that looks like a credential: {reason} "
-                    f"({len(value)} characters; the value is not shown).",
-                    "Store it in a Secret and reference it: valueFrom: {secretKeyRef: {name: <secret>, key: "
-                    "<key>}}. Rotate the credential: it is now in the object's history.",
-                    f"env {name} looks like a literal credential; use valueFrom.secretKeyRef",
-                )
+        for list_field, index, e_index, var in job.env():
+            value = var.get("value")
+            if not isinstance(value, str):
+                continue
+            name = as_str(var.get("name")) or "?"
+            reason = credential_reason(name, value)
+            if reason is None:
+                continue
+            path = job.origin(("spec", list_field, index, "env", e_index))
+            if path in seen or (path.startswith("runtime ") and "spec.mlPolicy.mpi" in path):
+                continue
+            seen.add(path)
+            yield Finding(
+                "MPG-SEC-SECRETS",
+                path,
+                f"env {name} has a literal value that looks like a credential: {reason} "
+                f"({len(value)} characters; the value is not shown).",
+                "Store it in a Secret and reference it: valueFrom: {secretKeyRef: {name: <secret>, key: "
+                "<key>}}. Rotate the credential: it is now in the object's history.",
+                f"env {name} looks like a literal credential; use valueFrom.secretKeyRef",
+            )
 
 
 def check_service_accounts(resolution: Resolution, team: str, allowed: frozenset[str]) -> Iterator[Finding]:
