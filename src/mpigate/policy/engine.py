@@ -25,7 +25,6 @@ Runtimes
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -171,8 +170,8 @@ def mutations(
         obj = _object(request) if request.obj is not None else as_mapping(request.old_obj)
         namespace, name = _identity(request, obj)
         team = config.team_for_namespace(namespace) if namespace else None
-        ctx0, runtime = _job_context(config, "CREATE", obj, namespace, name, team, live, resolved=False)
-        patch, _ = _mutation(ctx0, obj, runtime)
+        ctx0, _ = _job_context(config, "CREATE", obj, namespace, name, team, live, exclude=_OWN_MANAGER)
+        patch, _ = _mutation(ctx0, obj)
         return Decision(
             allowed=True,
             operation=request.operation,
@@ -226,12 +225,16 @@ def _trainjob(
             )
         )
 
-    ctx0, runtime = _job_context(config, request.operation, obj, namespace, name, team, live, resolved=False)
     patch: list[dict[str, Any]] = []
+    runtime: PreparedRuntime | None = None
     target: Mapping[str, Any] = obj
     if request.operation == "CREATE" and mutate:
-        patch, target = _mutation(ctx0, obj, runtime)
-    ctx, _ = _job_context(config, request.operation, target, namespace, name, team, live, runtime=runtime)
+        ctx0, runtime = _job_context(config, "CREATE", obj, namespace, name, team, live, exclude=_OWN_MANAGER)
+        patch, target = _mutation(ctx0, obj)
+    # judge() and UPDATE: the object as received is the one judged, so its context is built once.
+    ctx, runtime = _job_context(
+        config, request.operation, target, namespace, name, team, live, runtime=runtime
+    )
     demand = _demand(ctx)
     findings.extend(_trainjob_findings(ctx, demand))
 
@@ -265,12 +268,10 @@ def _trainjob(
     )
 
 
-def _mutation(
-    ctx0: JobContext, obj: Mapping[str, Any], runtime: PreparedRuntime | None
-) -> tuple[list[dict[str, Any]], Mapping[str, Any]]:
-    """mpigate's JSONPatch for a CREATE and the mutated object (``ctx0``: the job, unresolved)."""
-    base = resolve(obj, runtime, exclude_managers=_OWN_MANAGER) if runtime is not None else None
-    mutated = mutate(dataclasses.replace(ctx0, resolution=base), obj, base)
+def _mutation(ctx0: JobContext, obj: Mapping[str, Any]) -> tuple[list[dict[str, Any]], Mapping[str, Any]]:
+    """mpigate's JSONPatch for a CREATE and the mutated object (``ctx0``: the job resolved without
+    mpigate's own runtime patch)."""
+    mutated = mutate(ctx0, obj, ctx0.resolution)
     return diff(obj, mutated), mutated
 
 
@@ -284,10 +285,11 @@ def _job_context(
     live: LiveContext | None,
     *,
     runtime: PreparedRuntime | None = None,
-    resolved: bool = True,
+    exclude: frozenset[str] = frozenset(),
 ) -> tuple[JobContext, PreparedRuntime | None]:
     """The context of ``obj`` and its runtime, prepared (looked up unless ``runtime`` is given:
-    the config's are prepared once per config, a live one once per evaluation)."""
+    the config's are prepared once per config, a live one once per evaluation). ``exclude``: the
+    managers whose runtime patches the resolution leaves out."""
     org = config.org
     labels = labels_of(obj)
     ref = as_mapping(as_mapping(obj.get("spec")).get("runtimeRef"))
@@ -334,7 +336,7 @@ def _job_context(
             and (a := org.runtime_approval(runtime_name, kind_s)) is not None
             and a.external
         ),
-        resolution=resolve(obj, runtime) if runtime is not None and resolved else None,
+        resolution=resolve(obj, runtime, exclude_managers=exclude) if runtime is not None else None,
         classification=classification,
         region=region,
         profile=profile,

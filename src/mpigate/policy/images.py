@@ -147,8 +147,17 @@ def parse_image(ref: str) -> ImageRef:
     registry, tag and digest. Raises :class:`ImageRefError` (never anything else) for any input
     that is not a valid reference.
     """
-    if not isinstance(ref, str):
-        raise ImageRefError(f"invalid image reference {ref!r}: not a string")
+    if type(ref) is not str:
+        if not isinstance(ref, str):
+            raise ImageRefError(f"invalid image reference {ref!r}: not a string")
+        ref = str(ref)
+    return _parse_image(ref)
+
+
+# The same few images recur in every job of a cluster: parse each string once (a pure function of
+# the string; the result is immutable; failures are not cached and re-raise every time).
+@lru_cache(maxsize=4096)
+def _parse_image(ref: str) -> ImageRef:
     if ref == "":
         raise ImageRefError("invalid image reference '': the name is empty")
     if len(ref) > _INPUT_LENGTH_MAX:
@@ -274,6 +283,14 @@ def registry_allowed(ref: ImageRef, allowed: Sequence[str]) -> str | None:
     boundary (``quay.io/acme`` admits ``quay.io/acme`` and ``quay.io/acme/x``, not
     ``quay.io/acmecorp/x``).
     """
+    if type(allowed) is tuple:  # the config's allow-list: memoised with the (immutable) reference
+        return _registry_allowed(ref, allowed)
+    found = _matching(ref, allowed)
+    return max(found)[2] if found else None
+
+
+@lru_cache(maxsize=4096)
+def _registry_allowed(ref: ImageRef, allowed: tuple[str, ...]) -> str | None:
     found = _matching(ref, allowed)
     return max(found)[2] if found else None
 

@@ -24,6 +24,8 @@ class JsonPatchError(ValueError):
 
 
 def escape(token: str) -> str:
+    if "~" not in token and "/" not in token:  # nearly every key: no new string
+        return token
     return token.replace("~", "~0").replace("/", "~1")
 
 
@@ -63,39 +65,41 @@ def diff(old: Any, new: Any) -> list[dict[str, Any]]:
     """RFC 6902 operations that turn ``old`` into ``new`` (deterministic order). The operations'
     values are copies: the patch shares nothing with either document."""
     ops: list[dict[str, Any]] = []
-    _diff(old, new, [], ops)
+    _diff(old, new, "", ops)
     for op in ops:
         if "value" in op:
             op["value"] = copy_json(op["value"])
     return ops
 
 
-def _diff(old: Any, new: Any, path: list[str | int], ops: list[dict[str, Any]]) -> None:
+def _diff(old: Any, new: Any, path: str, ops: list[dict[str, Any]]) -> None:
+    # ``path`` is the JSON pointer so far: each level appends one escaped token instead of
+    # re-joining the whole path for every key visited (hot path of the mutating webhook).
     if old is new:  # a subtree shared by both documents (copy-on-write): nothing changed in it
         return
     if is_mapping(old) and is_mapping(new):
         for key in old:
             if key not in new:
-                ops.append({"op": "remove", "path": pointer([*path, key])})
+                ops.append({"op": "remove", "path": f"{path}/{escape(str(key))}"})
         for key, value in new.items():
             if key not in old:
-                ops.append({"op": "add", "path": pointer([*path, key]), "value": value})
+                ops.append({"op": "add", "path": f"{path}/{escape(str(key))}", "value": value})
             else:
-                _diff(old[key], value, [*path, key], ops)
+                _diff(old[key], value, f"{path}/{escape(str(key))}", ops)
         return
     if isinstance(old, list) and isinstance(new, list):
         if len(new) >= len(old) and all(_same(a, b) for a, b in zip(old, new, strict=False)):
             for index in range(len(old), len(new)):
-                ops.append({"op": "add", "path": pointer([*path, index]), "value": new[index]})
+                ops.append({"op": "add", "path": f"{path}/{index}", "value": new[index]})
             return
         if len(new) == len(old):
             for index, (a, b) in enumerate(zip(old, new, strict=True)):
-                _diff(a, b, [*path, index], ops)
+                _diff(a, b, f"{path}/{index}", ops)
             return
-        ops.append({"op": "replace", "path": pointer(path), "value": new})
+        ops.append({"op": "replace", "path": path, "value": new})
         return
     if not _same(old, new):
-        ops.append({"op": "replace", "path": pointer(path), "value": new})
+        ops.append({"op": "replace", "path": path, "value": new})
 
 
 _SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})

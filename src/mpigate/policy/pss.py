@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from mpigate.catalogue import all_rules
 from mpigate.trainjob.jsontypes import is_mapping
@@ -213,22 +213,34 @@ def _get(value: Any, *keys: str) -> Any:
     return value
 
 
+def _at(mapping: Mapping[str, Any] | None, key: str) -> Any:
+    """``mapping[key]`` or ``None``, for a mapping already read through :func:`_mapping` (the
+    security contexts): one cheap call where ``_get`` would re-test the type (hot path)."""
+    return None if mapping is None else mapping.get(key)
+
+
 # The views read each shared field once (the checks ask for them many times per pod).
 
 
-@dataclass(frozen=True, slots=True)
-class _Container:
-    path: str  # e.g. "spec.initContainers[1]"
+# Named tuples, not frozen dataclasses: built for every container of every pod checked, and a
+# frozen dataclass's __init__ costs a setattr call per field (hot path).
+class _Container(NamedTuple):
+    list_field: str
+    position: int  # the index in its list ("index" would shadow tuple.index)
     name: str
     data: Mapping[str, Any]
     security_context: Mapping[str, Any] | None
+
+    @property
+    def path(self) -> str:
+        """e.g. ``spec.initContainers[1]`` (built only for a failing check)."""
+        return f"spec.{self.list_field}[{self.position}]"
 
     def sc_path(self, *keys: str) -> str:
         return ".".join((self.path, "securityContext", *keys))
 
 
-@dataclass(frozen=True, slots=True)
-class _Pod:
+class _Pod(NamedTuple):
     annotations: Mapping[str, str]
     spec: Mapping[str, Any]
     containers: tuple[_Container, ...]
@@ -253,7 +265,8 @@ def _pod_view(metadata: Any, spec: Any) -> _Pod:
                 continue
             containers.append(
                 _Container(
-                    f"spec.{key}[{index}]",
+                    key,
+                    index,
                     _str(data.get("name")) or "",
                     data,
                     _mapping(data.get("securityContext")),
@@ -310,7 +323,7 @@ def _host_namespaces_1_0(pod: _Pod) -> _Fail | None:
 
 
 def _privileged_1_0(pod: _Pod) -> _Fail | None:
-    bad = [c for c in pod.containers if _bool(_get(c.security_context, "privileged")) is True]
+    bad = [c for c in pod.containers if _bool(_at(c.security_context, "privileged")) is True]
     if not bad:
         return None
     return _Fail(
@@ -411,8 +424,10 @@ def _host_probes_and_host_lifecycle_1_34(pod: _Pod) -> _Fail | None:
     hosts: set[str] = set()
     paths: list[str] = []
     for container in pod.containers:
-        handlers = [(probe, _get(container.data, probe)) for probe in _PROBES]
-        lifecycle = _mapping(container.data.get("lifecycle"))
+        data = container.data
+        # Only the handlers present (most containers have none): the others cannot name a host.
+        handlers = [(probe, handler) for probe in _PROBES if (handler := data.get(probe)) is not None]
+        lifecycle = _mapping(data.get("lifecycle"))
         if lifecycle is not None:
             handlers += [(f"lifecycle.{name}", lifecycle.get(name)) for name in _LIFECYCLE_HANDLERS]
         for where, handler in handlers:
@@ -446,7 +461,7 @@ def _app_armor_profile_1_0(pod: _Pod) -> _Fail | None:
     bad_values: set[str] = set()
     paths: list[str] = []
     pod_bad = False
-    profile = _mapping(_get(pod.security_context, "appArmorProfile"))
+    profile = _mapping(_at(pod.security_context, "appArmorProfile"))
     if profile is not None:
         profile_type = _str(profile.get("type")) or ""
         if profile_type not in _APPARMOR_TYPES:
@@ -455,7 +470,7 @@ def _app_armor_profile_1_0(pod: _Pod) -> _Fail | None:
             paths.append("spec.securityContext.appArmorProfile.type")
     bad_containers: list[str] = []
     for container in pod.containers:
-        profile = _mapping(_get(container.security_context, "appArmorProfile"))
+        profile = _mapping(_at(container.security_context, "appArmorProfile"))
         if profile is None:
             continue
         profile_type = _str(profile.get("type")) or ""
@@ -464,10 +479,14 @@ def _app_armor_profile_1_0(pod: _Pod) -> _Fail | None:
             bad_values.add(profile_type)
             paths.append(container.sc_path("appArmorProfile", "type"))
     setters = _setters(pod_bad, bad_containers)
-    annotations = sorted(
-        (f"{key}={_go_quote(value)}", key)
-        for key, value in pod.annotations.items()
-        if key.startswith(_APPARMOR_ANNOTATION_PREFIX) and not _apparmor_annotation_allowed(value)
+    annotations = (
+        sorted(
+            (f"{key}={_go_quote(value)}", key)
+            for key, value in pod.annotations.items()
+            if key.startswith(_APPARMOR_ANNOTATION_PREFIX) and not _apparmor_annotation_allowed(value)
+        )
+        if pod.annotations
+        else []
     )
     values = sorted(bad_values)
     if annotations:
@@ -510,12 +529,12 @@ def _se_linux_options(allowed_types: frozenset[str]) -> _CheckFn:
             return ok
 
         pod_bad = False
-        pod_options = _mapping(_get(pod.security_context, "seLinuxOptions"))
+        pod_options = _mapping(_at(pod.security_context, "seLinuxOptions"))
         if pod_options is not None:
             pod_bad = not valid(pod_options, "spec.securityContext.seLinuxOptions")
         bad_containers: list[str] = []
         for container in pod.containers:
-            options = _mapping(_get(container.security_context, "seLinuxOptions"))
+            options = _mapping(_at(container.security_context, "seLinuxOptions"))
             if options is not None and not valid(options, container.sc_path("seLinuxOptions")):
                 bad_containers.append(container.name)
         setters = _setters(pod_bad, bad_containers)
@@ -541,7 +560,7 @@ def _proc_mount_1_0(pod: _Pod) -> _Fail | None:
     bad: list[_Container] = []
     types: set[str] = set()
     for container in pod.containers:
-        proc_mount = _str(_get(container.security_context, "procMount"))
+        proc_mount = _str(_at(container.security_context, "procMount"))
         if proc_mount is not None and proc_mount != "Default":
             bad.append(container)
             types.add(proc_mount)
@@ -661,7 +680,7 @@ def _sysctls(allowed: frozenset[str]) -> _CheckFn:
     def check(pod: _Pod) -> _Fail | None:
         names: list[str] = []
         paths: list[str] = []
-        for index, sysctl in enumerate(_list(_get(pod.security_context, "sysctls"))):
+        for index, sysctl in enumerate(_list(_at(pod.security_context, "sysctls"))):
             if _mapping(sysctl) is None:
                 continue
             name = _str(_get(sysctl, "name")) or ""
@@ -743,8 +762,14 @@ def _restricted_volumes_1_0(pod: _Pod) -> _Fail | None:
         volume = _mapping(item)
         if volume is None:
             continue
-        # Any allowed source admits the volume (tested over the volume's few keys, not the list).
-        if any(key in _ALLOWED_SOURCE_SET and _mapping(value) is not None for key, value in volume.items()):
+        # Any allowed source admits the volume (tested over the volume's few keys, not the list; a
+        # loop rather than any(<genexpr>), which costs a generator per volume).
+        admitted = False
+        for key, value in volume.items():
+            if key in _ALLOWED_SOURCE_SET and _mapping(value) is not None:
+                admitted = True
+                break
+        if admitted:
             continue
         source = next((s for s in _RESTRICTED_VOLUME_SOURCES if _mapping(volume.get(s)) is not None), None)
         if source is None:
@@ -768,7 +793,7 @@ def _restricted_volumes_1_0(pod: _Pod) -> _Fail | None:
 
 def _allow_privilege_escalation_1_8(pod: _Pod) -> _Fail | None:
     bad = [
-        c for c in pod.containers if _bool(_get(c.security_context, "allowPrivilegeEscalation")) is not False
+        c for c in pod.containers if _bool(_at(c.security_context, "allowPrivilegeEscalation")) is not False
     ]
     if not bad:
         return None
@@ -801,14 +826,14 @@ def _user_namespace_exempt(check: _CheckFn) -> _CheckFn:
 def _run_as_non_root_1_0(pod: _Pod) -> _Fail | None:
     setters: list[str] = []
     paths: list[str] = []
-    pod_value = _bool(_get(pod.security_context, "runAsNonRoot"))
+    pod_value = _bool(_at(pod.security_context, "runAsNonRoot"))
     if pod_value is False:
         setters.append("pod")
         paths.append("spec.securityContext.runAsNonRoot")
     explicitly_bad: list[str] = []
     implicitly_bad: list[_Container] = []
     for container in pod.containers:
-        value = _bool(_get(container.security_context, "runAsNonRoot"))
+        value = _bool(_at(container.security_context, "runAsNonRoot"))
         if value is False:
             explicitly_bad.append(container.name)
             paths.append(container.sc_path("runAsNonRoot"))
@@ -833,8 +858,8 @@ def _run_as_non_root_1_0(pod: _Pod) -> _Fail | None:
 
 
 def _run_as_user_1_23(pod: _Pod) -> _Fail | None:
-    pod_bad = _int(_get(pod.security_context, "runAsUser")) == 0
-    bad = [c for c in pod.containers if _int(_get(c.security_context, "runAsUser")) == 0]
+    pod_bad = _int(_at(pod.security_context, "runAsUser")) == 0
+    bad = [c for c in pod.containers if _int(_at(c.security_context, "runAsUser")) == 0]
     setters = _setters(pod_bad, [c.name for c in bad])
     if not setters:
         return None
@@ -852,7 +877,7 @@ def _capabilities_restricted_1_22(pod: _Pod) -> _Fail | None:
     adding: list[_Container] = []
     forbidden: set[str] = set()
     for container in pod.containers:
-        capabilities = _mapping(_get(container.security_context, "capabilities"))
+        capabilities = _mapping(_at(container.security_context, "capabilities"))
         if capabilities is None:
             missing_drop_all.append(container)
             continue

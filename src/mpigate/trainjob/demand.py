@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from mpigate.config import parse_quantity
@@ -49,6 +50,16 @@ class PodResources:
         return tuple(item for c in self.containers for item in c.invalid)
 
 
+# Quantities ("8", "64Gi", "500m", 4) recur across every container and job: parse each once
+# (a pure function of the string or int; Fractions are immutable; failures are not cached).
+_parse_quantity_text = lru_cache(maxsize=4096)(parse_quantity)
+
+
+def _quantity(value: Any) -> Fraction:
+    kind = type(value)
+    return _parse_quantity_text(value) if kind is str or kind is int else parse_quantity(value)
+
+
 def _quantities(
     raw: Any, path: tuple[PathPart, ...]
 ) -> tuple[dict[str, Fraction], list[tuple[tuple[PathPart, ...], str]]]:
@@ -61,11 +72,11 @@ def _quantities(
         return values, invalid
     for name, value in raw.items():
         try:
-            quantity = parse_quantity(value)
+            quantity = _quantity(value)
         except (ValueError, TypeError, ZeroDivisionError, OverflowError):
             invalid.append(((*path, str(name)), f"{value!r} is not a Kubernetes quantity"))
             continue
-        if quantity < 0:
+        if quantity.numerator < 0:  # the sign, without Fraction's rich comparison (hot path)
             invalid.append(((*path, str(name)), "must not be negative"))
             continue
         values[str(name)] = quantity

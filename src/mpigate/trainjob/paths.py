@@ -111,7 +111,11 @@ def get_path(doc: Any, parts: Sequence[PathPart]) -> tuple[bool, Any]:
     """``(True, value)`` when ``parts`` exists in ``doc`` (index or keyed), else ``(False, None)``."""
     node = doc
     for part in parts:
-        if isinstance(part, Key):
+        if type(part) is str:  # the common case first, with exact type tests (hot path)
+            if (type(node) is not dict and not is_mapping(node)) or part not in node:
+                return False, None
+            node = node[part]
+        elif isinstance(part, Key):
             if not isinstance(node, list | tuple):
                 return False, None
             for item in node:

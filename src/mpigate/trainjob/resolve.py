@@ -164,14 +164,31 @@ class EffectiveJob:
         value = self.template.get("spec")
         return value if is_mapping(value) else {}
 
-    def containers(self) -> list[tuple[str, int, Mapping[str, Any]]]:
+    def containers(self) -> tuple[tuple[str, int, Mapping[str, Any]], ...]:
         """``(list field, index, container)`` for init, regular and ephemeral containers."""
-        out: list[tuple[str, int, Mapping[str, Any]]] = []
-        for list_field in ("initContainers", "containers", "ephemeralContainers"):
-            items = self.spec.get(list_field)
-            if isinstance(items, list):
-                out.extend((list_field, i, c) for i, c in enumerate(items) if is_mapping(c))
-        return out
+        found = self.memo.get("containers")  # most rules walk the containers: list them once
+        if found is None:
+            out: list[tuple[str, int, Mapping[str, Any]]] = []
+            spec = self.spec
+            for list_field in ("initContainers", "containers", "ephemeralContainers"):
+                items = spec.get(list_field)
+                if isinstance(items, list):
+                    out.extend((list_field, i, c) for i, c in enumerate(items) if is_mapping(c))
+            found = self.memo["containers"] = tuple(out)
+        return found
+
+    def env(self) -> tuple[tuple[str, int, int, Mapping[str, Any]], ...]:
+        """``(list field, container index, env index, entry)`` for every env entry of every
+        container (entries that are not mappings read as ``{}``), in container order."""
+        found = self.memo.get("env")  # three rule families walk every env entry: list them once
+        if found is None:
+            found = self.memo["env"] = tuple(
+                (list_field, index, e_index, var if is_mapping(var) else {})
+                for list_field, index, container in self.containers()
+                if isinstance(items := container.get("env"), list)
+                for e_index, var in enumerate(items)
+            )
+        return found
 
     def origin(self, pod_path: Sequence[str | int]) -> str:
         """Where the value at ``pod_path`` (relative to the pod template, with list indexes) was set,
@@ -338,10 +355,15 @@ def _labels(job: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _pod_template(job: Mapping[str, Any]) -> dict[str, Any]:
-    found, value = get_path(job, _JOB_TO_POD)
-    if not found or not is_mapping(value):
-        return {}
-    return value if type(value) is dict else dict(value)
+    # get_path(job, _JOB_TO_POD) spelled out: called for every job several times per resolution.
+    value: Any = job
+    for key in ("template", "spec", "template"):
+        if type(value) is not dict and not is_mapping(value):
+            return {}
+        value = value.get(key)
+    if type(value) is dict:
+        return value
+    return dict(value) if is_mapping(value) else {}
 
 
 def _private_pod(job: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ def check_images(
     """Both image rules on every container of every job, once per image field (a field that several
     pods share is reported once). ``known`` holds images parsed in advance (the config's runtimes)."""
     seen: set[str] = set()
-    parsed: dict[str, images.ImageRef | images.ImageRefError] = dict(known) if known else {}
+    parsed: dict[str, images.ImageRef | images.ImageRefError] = {}
     # Whether an image has findings does not depend on its path, and the path is an origin lookup
     # (the costly part): it is computed only for images with findings. ``unnamed`` holds the
     # containers before them whose paths are not known yet — a container is skipped when an
@@ -35,7 +35,13 @@ def check_images(
             image = container.get("image")
             if (image is None and list_field != "ephemeralContainers") or not any(
                 check_image_ref(
-                    policy, image, "", require_digest=require_digest, digest_reason="", parsed=parsed
+                    policy,
+                    image,
+                    "",
+                    require_digest=require_digest,
+                    digest_reason="",
+                    parsed=parsed,
+                    known=known,
                 )
             ):
                 unnamed.append((job, list_field, index))
@@ -54,6 +60,7 @@ def check_images(
                 digest_reason=digest_reason,
                 patchable=path.startswith("spec.trainer"),
                 parsed=parsed,
+                known=known,
             )
 
 
@@ -66,8 +73,10 @@ def check_image_ref(
     digest_reason: str,
     patchable: bool = False,
     parsed: dict[str, images.ImageRef | images.ImageRefError] | None = None,
+    known: Mapping[str, images.ImageRef | images.ImageRefError] | None = None,
 ) -> Iterator[Finding]:
-    """Both image rules for one reference (``parsed`` memoises parsing across the pods of a job)."""
+    """Both image rules for one reference (``parsed`` memoises parsing across the pods of a job;
+    ``known`` holds images parsed in advance, read through rather than copied into ``parsed``)."""
     allowed = policy.allowed_registries
     if not isinstance(image, str):
         yield Finding(
@@ -79,6 +88,8 @@ def check_image_ref(
         )
         return
     cached = parsed.get(image) if parsed is not None else None
+    if cached is None and known is not None:
+        cached = known.get(image)
     try:
         if cached is None:
             try:

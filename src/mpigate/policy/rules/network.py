@@ -88,23 +88,21 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
     # wrong entries — together with those of the entries before them (``unnamed``).
     unnamed: list[tuple[EffectiveJob, tuple[str, str, int, str, int]]] = []
     for job in resolution.jobs:
-        for list_field, index, container in job.containers():
-            for e_index, raw in enumerate(as_list(container.get("env"))):
-                var = as_mapping(raw)
-                env_name = as_str(var.get("name"))
-                if env_name is None or env_name not in expected:
-                    continue
-                pod_path = ("spec", list_field, index, "env", e_index)
-                if not _overrides(expected[env_name], var.get("value"), var):
-                    unnamed.append((job, pod_path))
-                    continue
-                seen.update(j.origin(p) for j, p in unnamed)
-                unnamed.clear()
-                path = job.origin(pod_path)
-                if path in seen:
-                    continue
-                seen.add(path)
-                yield _override(path, env_name, expected[env_name], why)
+        for list_field, index, e_index, var in job.env():
+            env_name = as_str(var.get("name"))
+            if env_name is None or env_name not in expected:
+                continue
+            pod_path = ("spec", list_field, index, "env", e_index)
+            if not _overrides(expected[env_name], var.get("value"), var):
+                unnamed.append((job, pod_path))
+                continue
+            seen.update(j.origin(p) for j, p in unnamed)
+            unnamed.clear()
+            path = job.origin(pod_path)
+            if path in seen:
+                continue
+            seen.add(path)
+            yield _override(path, env_name, expected[env_name], why)
 
 
 def _overrides(expected: str, value: Any, var: Mapping[str, Any]) -> bool:

@@ -301,15 +301,18 @@ def _uris(ctx: JobContext) -> Iterator[Finding]:
             yield from judge(f"spec.initializer.{key}.storageUri", uri, "storage URI")
     if ctx.resolution is not None:
         for job in ctx.resolution.jobs:
-            for list_field, index, container in job.containers():
-                for e_index, var in enumerate(as_list(container.get("env"))):
-                    value = as_str(as_mapping(var).get("value"))
-                    if value is None or "://" not in value:
-                        continue
-                    path = job.origin(("spec", list_field, index, "env", e_index))
-                    name = as_mapping(var).get("name")
-                    what = "storage URI" if path.endswith("storageUri") else f"env {name}"
-                    yield from judge(path, value, what)
+            for list_field, index, e_index, var in job.env():
+                value = as_str(var.get("value"))
+                if value is None or "://" not in value:
+                    continue
+                # Only a storage URI can be a finding: the field's origin (costly) only for one.
+                match = _URI.match(value)
+                if match is None or match.group(1).lower() not in schemes:
+                    continue
+                path = job.origin(("spec", list_field, index, "env", e_index))
+                name = var.get("name")
+                what = "storage URI" if path.endswith("storageUri") else f"env {name}"
+                yield from judge(path, value, what)
     else:
         for var in as_list(ctx.trainer.get("env")):
             var = as_mapping(var)

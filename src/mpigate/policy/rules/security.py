@@ -7,13 +7,13 @@ import itertools
 import math
 import re
 from collections.abc import Iterator, Mapping
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from mpigate.catalogue import all_rules
 from mpigate.config.model import SecurityPolicy
 from mpigate.policy import pss
-from mpigate.policy.context import as_list, as_mapping, as_str
+from mpigate.policy.context import as_mapping, as_str
 from mpigate.policy.findings import Finding
 from mpigate.trainjob import EffectiveJob, Resolution, parse_path
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
@@ -161,6 +161,16 @@ def _entropy(text: str) -> float:
     return -sum(c / len(text) * math.log2(c / len(text)) for c in counts.values())
 
 
+# Env var names recur in every job (the values, which may be secrets, are never cached).
+@lru_cache(maxsize=4096)
+def _credential_name(name: str) -> bool:
+    """Whether a word (or pair of words) of the env var name says "credential"."""
+    words = [w for w in _NON_WORD.split(name.upper()) if w]
+    return any(w in _SECRET_WORDS for w in words) or any(
+        pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
+    )
+
+
 def credential_reason(name: str, value: str) -> str | None:
     """Why a literal env value looks like a credential (``None`` when it does not). Never the value."""
     stripped = value.strip()
@@ -170,12 +180,8 @@ def credential_reason(name: str, value: str) -> str | None:
         for kind, pattern in _SHAPES:
             if pattern.search(stripped):
                 return f"the value has the shape of {kind}"
-    if len(stripped) >= 6:
-        words = [w for w in _NON_WORD.split(name.upper()) if w]
-        if any(w in _SECRET_WORDS for w in words) or any(
-            pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
-        ):
-            return f"the name {name} says it is a credential"
+    if len(stripped) >= 6 and _credential_name(name):
+        return f"the name {name} says it is a credential"
     if _HIGH_ENTROPY.match(stripped) and not stripped.isdigit() and _entropy(stripped) >= 4.2:
         return "the value is a long random-looking string"
     return None
@@ -185,29 +191,27 @@ def check_secrets(jobs: tuple[EffectiveJob, ...]) -> Iterator[Finding]:
     """MPG-SEC-SECRETS on every container's literal env values (the values are never echoed)."""
     seen: set[str] = set()
     for job in jobs:
-        for list_field, index, container in job.containers():
-            for e_index, var in enumerate(as_list(container.get("env"))):
-                var = as_mapping(var)
-                name = as_str(var.get("name")) or "?"
-                value = var.get("value")
-                if not isinstance(value, str):
-                    continue
-                reason = credential_reason(name, value)
-                if reason is None:
-                    continue
-                path = job.origin(("spec", list_field, index, "env", e_index))
-                if path in seen or (path.startswith("runtime ") and "spec.mlPolicy.mpi" in path):
-                    continue
-                seen.add(path)
-                yield Finding(
-                    "MPG-SEC-SECRETS",
-                    path,
-                    f"env {name} has a literal value that looks like a credential: {reason} "
-                    f"({len(value)} characters; the value is not shown).",
-                    "Store it in a Secret and reference it: valueFrom: {secretKeyRef: {name: <secret>, key: "
-                    "<key>}}. Rotate the credential: it is now in the object's history.",
-                    f"env {name} looks like a literal credential; use valueFrom.secretKeyRef",
-                )
+        for list_field, index, e_index, var in job.env():
+            value = var.get("value")
+            if not isinstance(value, str):
+                continue
+            name = as_str(var.get("name")) or "?"
+            reason = credential_reason(name, value)
+            if reason is None:
+                continue
+            path = job.origin(("spec", list_field, index, "env", e_index))
+            if path in seen or (path.startswith("runtime ") and "spec.mlPolicy.mpi" in path):
+                continue
+            seen.add(path)
+            yield Finding(
+                "MPG-SEC-SECRETS",
+                path,
+                f"env {name} has a literal value that looks like a credential: {reason} "
+                f"({len(value)} characters; the value is not shown).",
+                "Store it in a Secret and reference it: valueFrom: {secretKeyRef: {name: <secret>, key: "
+                "<key>}}. Rotate the credential: it is now in the object's history.",
+                f"env {name} looks like a literal credential; use valueFrom.secretKeyRef",
+            )
 
 
 def check_service_accounts(resolution: Resolution, team: str, allowed: frozenset[str]) -> Iterator[Finding]:
