@@ -37,7 +37,8 @@ def tree_stamp(path: Path) -> Stamp:
     """A fingerprint that changes whenever a file of the config tree at ``path`` changes, appears
     or vanishes: the files :func:`mpigate.config.discover` loads (so that edits elsewhere in a
     repository checkout — docs, build output, code — neither trigger a reload nor cost a walk of
-    their folders), the ``.mpigateignore`` that selects them, and a ConfigMap's ``..data`` link."""
+    their folders), the ``.mpigateignore`` that selects them, a bundle's ``.mpigate-revision``
+    and a ConfigMap's ``..data`` link."""
     entries: list[object] = []
     data_link = path / "..data"
     if data_link.is_symlink():

@@ -52,8 +52,8 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 
 class RequestIds:
-    """Request ids: a random per-process prefix and a counter (unique across restarts and
-    ``--workers`` processes without the ``os.urandom`` call of a UUID per request)."""
+    """Request ids: a random 32-bit per-process prefix and a counter (distinct across restarts and
+    ``--workers`` processes in practice, without the ``os.urandom`` call of a UUID per request)."""
 
     def __init__(self) -> None:
         self._prefix = secrets.token_hex(4)
