@@ -97,15 +97,7 @@ def run_shell(port_file: str, cert: str, key: str) -> None:
     from mpigate.policy.decision import AdmissionInput, Decision, LiveContext
 
     def allow(config: Config, request: AdmissionInput, live: LiveContext | None, now: object) -> Decision:
-        return Decision(
-            allowed=True,
-            operation=request.operation,
-            kind=request.kind,
-            namespace=request.namespace,
-            name=request.name,
-            team=None,
-            revision=config.revision,
-        )
+        return Decision.bare(request, config.revision)
 
     _configure_logging("json", "info")  # as ``mpigate serve`` logs: one JSON line per review
     options = ServeOptions(

@@ -217,6 +217,23 @@ class Decision:
     demand: Demand | None = None
     message: str = ""
 
+    @classmethod
+    def bare(
+        cls, request: AdmissionInput, revision: str, *, allowed: bool = True, message: str = ""
+    ) -> Decision:
+        """A decision on ``request`` as sent, with no team, violations or patch (a kind mpigate does
+        not judge, an internal error, a stand-in engine)."""
+        return cls(
+            allowed=allowed,
+            operation=request.operation,
+            kind=request.kind,
+            namespace=request.namespace,
+            name=request.name,
+            team=None,
+            revision=revision,
+            message=message,
+        )
+
     @property
     def denying(self) -> tuple[Violation, ...]:
         return tuple(v for v in self.violations if v.denies)

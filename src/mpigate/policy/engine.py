@@ -135,15 +135,7 @@ def _evaluate(
             return _trainjob(config, request, live, moment, mutate=mutate)
         if request.kind in RUNTIME_KINDS:
             return _runtime(config, request, moment)
-        return Decision(
-            allowed=True,
-            operation=request.operation,
-            kind=request.kind,
-            namespace=request.namespace,
-            name=request.name,
-            team=None,
-            revision=config.revision,
-        )
+        return Decision.bare(request, config.revision)
     except Exception:  # pragma: no cover - defensive: the fuzz tests keep this path unused
         return _failed_closed(config, request, "evaluating")
 
@@ -687,14 +679,10 @@ def _decide(
 def _failed_closed(config: Config, request: AdmissionInput, doing: str) -> Decision:
     """The answer to an internal error: logged with its traceback, denied with a clean message."""
     log.exception("internal error %s %s %s/%s", doing, request.kind, request.namespace, request.name)
-    return Decision(
+    return Decision.bare(
+        request,
+        config.revision,
         allowed=False,
-        operation=request.operation,
-        kind=request.kind,
-        namespace=request.namespace,
-        name=request.name,
-        team=None,
-        revision=config.revision,
         message=f"mpigate could not evaluate {request.kind} {request.namespace}/{request.name}: "
         "internal error (logged); denied to fail closed",
     )
