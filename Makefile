@@ -9,8 +9,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.mpigate-installed
 # Debian packages the tests and the demo use (OpenMPI for the real MPI tests, Chromium for the
-# report rendering test, git for revisions). Installed only when missing.
-DEB_PACKAGES ?= git openmpi-bin libopenmpi-dev iproute2 chromium
+# report rendering test, git for revisions, a C compiler and the Python headers for the mypyc build).
+# Installed only when missing.
+DEB_PACKAGES ?= git openmpi-bin libopenmpi-dev iproute2 chromium gcc python3-dev
 PYTEST_ARGS ?=
 # The mypyc-compiled build (docs/building.md): a wheel built with the mypyc hook, installed
 # non-editable into a second venv; `make test` runs the engine's tests against it as well.
@@ -19,7 +20,9 @@ CBIN := $(CVENV)/bin
 CSTAMP := $(CVENV)/.mpigate-installed
 COMPILED_INPUTS := $(shell find src policies quotas rbac networkpolicies templates webhooks examples \
   -type f -not -name '*.pyc' -not -name '*.so' 2>/dev/null)
-COMPILED_TESTS ?= tests/policy tests/trainjob tests/admission/test_examples.py tests/test_build.py
+COMPILED_TESTS ?= tests/policy tests/trainjob tests/admission/test_examples.py \
+  tests/admission/test_review.py tests/admission/test_fuzz.py tests/admission/test_server.py \
+  tests/test_catalogue.py tests/test_build.py
 
 .PHONY: all demo test test-compiled compiled lint format docs lock system-deps venv clean help report-screenshot
 
@@ -66,8 +69,8 @@ $(CSTAMP): $(STAMP) $(COMPILED_INPUTS)
 
 compiled: $(CSTAMP)
 
-# The engine's tests against the compiled build (tests/test_build.py fails unless its modules
-# really are the compiled ones).
+# The compiled modules' tests against the compiled build (tests/test_build.py fails unless its
+# modules really are the compiled ones).
 test-compiled: compiled
 	MPIGATE_BUILD=compiled $(CBIN)/python -m pytest -q $(COMPILED_TESTS)
 

@@ -1,7 +1,7 @@
 """Which build of mpigate is running: the mypyc-compiled wheel or pure Python (docs/building.md).
 
-The compiled wheel carries the hot packages (:data:`COMPILED_PACKAGES`) as extension modules next
-to their pure-Python source; the import system prefers the extension module, so what a module's
+The compiled wheel carries the hot modules (:data:`COMPILED`, packages with all their modules) as
+extension modules next to their pure-Python source; the import system prefers the extension module, so what a module's
 ``__file__`` names is what runs.
 """
 
@@ -11,10 +11,16 @@ import importlib
 import pkgutil
 from importlib.machinery import EXTENSION_SUFFIXES
 
-__all__ = ["COMPILED_PACKAGES", "compiled", "module_builds"]
+__all__ = ["COMPILED", "compiled", "module_builds"]
 
 # What the wheel's mypyc hook compiles (pyproject.toml: tool.hatch.build.targets.wheel.hooks.mypyc).
-COMPILED_PACKAGES = ("mpigate.trainjob", "mpigate.policy")
+COMPILED = (
+    "mpigate.trainjob",
+    "mpigate.policy",
+    "mpigate.catalogue",
+    "mpigate.admission.review",
+    "mpigate.admission.logjson",
+)
 
 
 def _is_extension(path: str | None) -> bool:
@@ -22,12 +28,12 @@ def _is_extension(path: str | None) -> bool:
 
 
 def module_builds() -> dict[str, bool]:
-    """Every module of :data:`COMPILED_PACKAGES` (imported) → whether it runs compiled."""
+    """Every module of :data:`COMPILED` (imported) → whether it runs compiled."""
     out: dict[str, bool] = {}
-    for name in COMPILED_PACKAGES:
-        package = importlib.import_module(name)
-        out[name] = _is_extension(package.__file__)
-        for info in pkgutil.walk_packages(package.__path__, f"{name}."):
+    for name in COMPILED:
+        module = importlib.import_module(name)
+        out[name] = _is_extension(module.__file__)
+        for info in pkgutil.walk_packages(getattr(module, "__path__", ()), f"{name}."):
             out[info.name] = _is_extension(importlib.import_module(info.name).__file__)
     return out
 
