@@ -1,8 +1,8 @@
 """Which build of mpigate is running: the mypyc-compiled wheel or pure Python (docs/building.md).
 
 The compiled wheel carries the hot modules (:data:`COMPILED`, packages with all their modules) as
-extension modules next to their pure-Python source; the import system prefers the extension module, so what a module's
-``__file__`` names is what runs.
+extension modules next to their pure-Python source; the import system prefers the extension
+module, so what a module's ``__file__`` names is what runs.
 """
 
 from __future__ import annotations
