@@ -99,8 +99,12 @@ def merge_shared(original: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[
         if value is None:
             merged.pop(key, None)
             continue
+        kind = type(value)
+        if kind in _SCALARS:  # exact type tests first (hot path): scalars replace
+            merged[key] = value
+            continue
         current = merged.get(key)
-        if is_mapping(value) and is_mapping(current):
+        if (kind is dict or is_mapping(value)) and (type(current) is dict or is_mapping(current)):
             merged[key] = merge_shared(current, value)
         elif isinstance(value, list | tuple) and isinstance(current, list) and key in MERGE_KEYS:
             merged[key] = _merge_keyed_shared(current, value, MERGE_KEYS[key])
