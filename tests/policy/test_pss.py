@@ -465,3 +465,54 @@ def test_a_pod_passing_restricted_passes_baseline(spec: dict[str, Any], version:
     # PodSecurity, forbids those fields on Windows pods).
     if evaluate_pod({}, spec, "restricted", version) == ():
         assert evaluate_pod({}, spec, "baseline", version) == ()
+
+
+# --- the gates: skipping a check whose fields the pod does not set never changes a finding ------
+
+
+def ungated(metadata: Any, spec: Any, level: str, version: str) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """Every active check run on the pod, none skipped (what evaluate_pod did before the gates)."""
+    pod = pss._pod_view(metadata, spec)
+    return [
+        (check.id, failed.reason, failed.detail, failed.paths)
+        for check, impl in pss._active(level, pss.effective_version(version))
+        if (failed := impl.fn(pod)) is not None
+    ]
+
+
+def gated(metadata: Any, spec: Any, level: str, version: str) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    return [(f.check, f.reason, f.detail, f.paths) for f in evaluate_pod(metadata, spec, level, version)]
+
+
+ANNOTATIONS = st.fixed_dictionaries(
+    {},
+    optional={
+        "annotations": st.dictionaries(
+            st.sampled_from(
+                [
+                    "seccomp.security.alpha.kubernetes.io/pod",
+                    "container.seccomp.security.alpha.kubernetes.io/a",
+                    "container.apparmor.security.beta.kubernetes.io/b",
+                    "team",
+                ]
+            ),
+            st.sampled_from(["unconfined", "runtime/default", "localhost/x", ""]),
+        )
+    },
+)
+
+
+@settings(max_examples=400)
+@given(metadata=ANNOTATIONS, spec=POD, level=st.sampled_from(pss.LEVELS), version=VERSIONS)
+def test_gated_evaluation_equals_running_every_check(
+    metadata: dict[str, Any], spec: dict[str, Any], level: str, version: str
+) -> None:
+    assert gated(metadata, spec, level, version) == ungated(metadata, spec, level, version)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(metadata=JSON, spec=JSON, level=st.sampled_from(pss.LEVELS), version=VERSIONS)
+def test_gated_evaluation_equals_running_every_check_on_arbitrary_json(
+    metadata: Any, spec: Any, level: str, version: str
+) -> None:
+    assert gated(metadata, spec, level, version) == ungated(metadata, spec, level, version)
