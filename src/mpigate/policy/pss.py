@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
@@ -248,13 +249,15 @@ class _Pod(NamedTuple):
     is_windows: bool
     # helpers.go relaxPolicyForUserNamespacePod: hostUsers explicitly false.
     in_user_namespace: bool
-    # Every key of any container, and of the pod's or any container's security context: what
-    # lets evaluate_pod skip the checks whose fields the pod does not set (see _Gate).
-    container_keys: frozenset[Any]
-    security_context_keys: frozenset[Any]
+    # Every key of the pod spec, of any container and of the pod's or any container's security
+    # context, and _ANNOTATIONS if the pod has annotations: lets evaluate_pod skip the checks
+    # whose fields the pod does not set (see _Check.gate).
+    present: AbstractSet[Any]
 
 
 _CONTAINER_LISTS: Final = ("initContainers", "containers", "ephemeralContainers")
+#: In _Pod.present when the pod has annotations (not a valid field name: it cannot collide).
+_ANNOTATIONS: Final = "metadata.annotations"
 
 
 def _pod_view(metadata: Any, spec: Any) -> _Pod:
@@ -263,8 +266,11 @@ def _pod_view(metadata: Any, spec: Any) -> _Pod:
     annotations = {k: v for k, v in raw_annotations.items() if isinstance(k, str) and isinstance(v, str)}
     pod_sc = _mapping(spec_map.get("securityContext"))
     containers: list[_Container] = []
-    container_keys: set[Any] = set()
-    sc_keys: set[Any] = set() if pod_sc is None else set(pod_sc)
+    present: set[Any] = set(spec_map)
+    if pod_sc is not None:
+        present.update(pod_sc)
+    if annotations:
+        present.add(_ANNOTATIONS)
     for key in _CONTAINER_LISTS:
         for index, item in enumerate(_list(spec_map.get(key))):
             data = _mapping(item)
@@ -272,9 +278,9 @@ def _pod_view(metadata: Any, spec: Any) -> _Pod:
                 continue
             sc = _mapping(data.get("securityContext"))
             containers.append(_Container(key, index, _str(data.get("name")) or "", data, sc))
-            container_keys.update(data)
+            present.update(data)
             if sc is not None:
-                sc_keys.update(sc)
+                present.update(sc)
     return _Pod(
         MappingProxyType(annotations),
         spec_map,
@@ -282,8 +288,7 @@ def _pod_view(metadata: Any, spec: Any) -> _Pod:
         pod_sc,
         _str(_get(spec_map, "os", "name")) == "windows",
         _bool(spec_map.get("hostUsers")) is False,
-        frozenset(container_keys),
-        frozenset(sc_keys),
+        present,
     )
 
 
@@ -922,32 +927,15 @@ class _Impl:
 
 
 @dataclass(frozen=True, slots=True)
-class _Gate:
-    """The fields without which a check passes (every implementation reads only these): a pod that
-    sets none of them skips the check, so a typical pod runs a handful of checks, not all (speed).
-    A check that can fail on a field's absence (``runAsNonRoot`` ...) has no gate."""
-
-    spec: tuple[str, ...] = ()
-    #: Keys of a container, or of the pod's or a container's security context.
-    container: frozenset[str] = frozenset()
-    security_context: frozenset[str] = frozenset()
-    annotations: bool = False
-
-    def may_fail(self, pod: _Pod) -> bool:
-        return (
-            not self.security_context.isdisjoint(pod.security_context_keys)
-            or not self.container.isdisjoint(pod.container_keys)
-            or (self.annotations and bool(pod.annotations))
-            or any(key in pod.spec for key in self.spec)
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class _Check:
     id: str
     level: str
     impls: tuple[_Impl, ...]
-    gate: _Gate | None = None
+    #: The fields without which the check passes (every implementation reads only these, from the
+    #: pod spec, a container or a security context; _ANNOTATIONS for the annotations): a pod that
+    #: sets none of them skips the check, so a typical pod runs a handful of checks, not all
+    #: (speed). None for a check that can fail on a field's absence (``runAsNonRoot`` ...).
+    gate: frozenset[str] | None = None
 
     def impl_for(self, version: Version) -> _Impl | None:
         chosen = None
@@ -965,37 +953,35 @@ def _registry() -> tuple[_Check, ...]:
             "hostNamespaces",
             "baseline",
             (_Impl((1, 0), _host_namespaces_1_0),),
-            _Gate(spec=("hostNetwork", "hostPID", "hostIPC")),
+            frozenset({"hostNetwork", "hostPID", "hostIPC"}),
         ),
         _Check(
             "privileged",
             "baseline",
             (_Impl((1, 0), _privileged_1_0),),
-            _Gate(security_context=frozenset({"privileged"})),
+            frozenset({"privileged"}),
         ),
         _Check(
             "capabilities_baseline",
             "baseline",
             (_Impl((1, 0), _capabilities_baseline_1_0),),
-            _Gate(security_context=frozenset({"capabilities"})),
+            frozenset({"capabilities"}),
         ),
         _Check(
-            "hostPathVolumes", "baseline", (_Impl((1, 0), _host_path_volumes_1_0),), _Gate(spec=("volumes",))
+            "hostPathVolumes", "baseline", (_Impl((1, 0), _host_path_volumes_1_0),), frozenset({"volumes"})
         ),
-        _Check(
-            "hostPorts", "baseline", (_Impl((1, 0), _host_ports_1_0),), _Gate(container=frozenset({"ports"}))
-        ),
+        _Check("hostPorts", "baseline", (_Impl((1, 0), _host_ports_1_0),), frozenset({"ports"})),
         _Check(
             "hostProbesAndHostLifecycle",
             "baseline",
             (_Impl((1, 34), _host_probes_and_host_lifecycle_1_34),),
-            _Gate(container=frozenset({*_PROBES, "lifecycle"})),
+            frozenset({*_PROBES, "lifecycle"}),
         ),
         _Check(
             "appArmorProfile",
             "baseline",
             (_Impl((1, 0), _app_armor_profile_1_0),),
-            _Gate(security_context=frozenset({"appArmorProfile"}), annotations=True),
+            frozenset({"appArmorProfile", _ANNOTATIONS}),
         ),
         _Check(
             "seLinuxOptions",
@@ -1004,20 +990,20 @@ def _registry() -> tuple[_Check, ...]:
                 _Impl((1, 0), _se_linux_options(_SELINUX_TYPES_1_0)),
                 _Impl((1, 31), _se_linux_options(_SELINUX_TYPES_1_31)),
             ),
-            _Gate(security_context=frozenset({"seLinuxOptions"})),
+            frozenset({"seLinuxOptions"}),
         ),
         _Check(
             "procMount",
             "baseline",
             (_Impl((1, 0), _proc_mount_1_0), _Impl((1, 35), _proc_mount_1_35_baseline)),
-            _Gate(security_context=frozenset({"procMount"})),
+            frozenset({"procMount"}),
         ),
         _Check(
             "seccompProfile_baseline",
             "baseline",
             (_Impl((1, 0), _seccomp_profile_baseline_1_0), _Impl((1, 19), _seccomp_profile_baseline_1_19)),
             # 1.0 reads the annotations, 1.19 the profiles.
-            _Gate(security_context=frozenset({"seccompProfile"}), annotations=True),
+            frozenset({"seccompProfile", _ANNOTATIONS}),
         ),
         _Check(
             "sysctls",
@@ -1029,13 +1015,13 @@ def _registry() -> tuple[_Check, ...]:
                 _Impl((1, 32), _sysctls(_SYSCTLS_1_32)),
                 _Impl((1, 37), _sysctls(_SYSCTLS_1_37)),
             ),
-            _Gate(security_context=frozenset({"sysctls"})),
+            frozenset({"sysctls"}),
         ),
         _Check(
             "windowsHostProcess",
             "baseline",
             (_Impl((1, 0), _windows_host_process_1_0),),
-            _Gate(security_context=frozenset({"windowsOptions"})),
+            frozenset({"windowsOptions"}),
         ),
     ]
     restricted = [
@@ -1043,7 +1029,7 @@ def _registry() -> tuple[_Check, ...]:
             "restrictedVolumes",
             "restricted",
             (_Impl((1, 0), _restricted_volumes_1_0, ("hostPathVolumes",)),),
-            _Gate(spec=("volumes",)),
+            frozenset({"volumes"}),
         ),
         _Check(
             "allowPrivilegeEscalation",
@@ -1065,7 +1051,7 @@ def _registry() -> tuple[_Check, ...]:
             "runAsUser",
             "restricted",
             (_Impl((1, 23), _run_as_user_1_23), _Impl((1, 35), _user_namespace_exempt(_run_as_user_1_23))),
-            _Gate(security_context=frozenset({"runAsUser"})),
+            frozenset({"runAsUser"}),
         ),
         _Check(
             "seccompProfile_restricted",
@@ -1089,7 +1075,7 @@ def _registry() -> tuple[_Check, ...]:
             "procMount_restricted",
             "restricted",
             (_Impl((1, 35), _proc_mount_1_0, ("procMount",)),),
-            _Gate(security_context=frozenset({"procMount"})),
+            frozenset({"procMount"}),
         ),
     ]
     return tuple(sorted(baseline, key=lambda c: c.id)) + tuple(sorted(restricted, key=lambda c: c.id))
@@ -1165,7 +1151,7 @@ def evaluate_pod(
     findings: list[PSSFinding] = []
     for check, impl in _active(level, evaluated):
         gate = check.gate
-        if gate is not None and not gate.may_fail(pod):
+        if gate is not None and gate.isdisjoint(pod.present):
             continue
         failed = impl.fn(pod)
         if failed is not None:
