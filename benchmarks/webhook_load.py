@@ -21,7 +21,12 @@ the bottleneck. Next to throughput and latency, the server's CPU time per reques
 shared with the load generator.
 
     .venv/bin/python benchmarks/webhook_load.py [--seconds 5] [--concurrency 1,10,50] [--workers 2]
-        [--targets noop,shell,mpigate,mpigate+audit]
+        [--targets noop,shell,mpigate,mpigate+audit] [--python .venv-compiled/bin/python]
+
+``--workers N`` runs mpigate with ``serve --workers N`` and the no-op as N processes on one port
+(``SO_REUSEPORT``, like mpigate's workers), so that the two are compared on equal terms; the shell
+always runs as one process. ``--python`` chooses the interpreter (and so the mpigate build) that
+runs the servers.
 
 Prints throughput, latency percentiles and errors per target and concurrency, then the goals
 (zero errors; p99 ≤ 15 ms at concurrency 10; mpigate ≥ 50 % of the no-op throughput).
@@ -56,8 +61,9 @@ REPO = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------------------------- no-op responder
 
 
-def run_noop(port_file: str, cert: str, key: str) -> None:
-    """The baseline server: decode, answer allowed (same TLS context as mpigate)."""
+def run_noop(port_file: str, cert: str, key: str, port: int = 0) -> None:
+    """The baseline server: decode, answer allowed (same TLS context as mpigate). Binds with
+    ``SO_REUSEPORT``, as ``mpigate serve --workers`` does, so that ``--workers N`` runs N of them."""
     from aiohttp import web
 
     from mpigate.admission.tls import server_context
@@ -78,7 +84,9 @@ def run_noop(port_file: str, cert: str, key: str) -> None:
         app.router.add_post("/validate", review)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context(Path(cert), Path(key)))
+        site = web.TCPSite(
+            runner, "127.0.0.1", port, ssl_context=server_context(Path(cert), Path(key)), reuse_port=True
+        )
         await site.start()
         Path(port_file).write_text(str(runner.addresses[0][1]))
         stop = asyncio.Event()
@@ -205,8 +213,12 @@ def prepare_requests(url: str, ca: str, copies: int = 8) -> list[bytes]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of ``pid`` and its child processes (``--workers``), from /proc."""
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of ``pids`` and their child processes (``--workers``), from /proc."""
+    return sum(_cpu_seconds(pid) for pid in pids)
+
+
+def _cpu_seconds(pid: int) -> float:
     total = 0.0
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
@@ -222,7 +234,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def measure(port: int, ca: str, requests: list[bytes], concurrency: int, procs: int, seconds: float,
-            warmup: float, server_pid: int) -> dict[str, Any]:  # fmt: skip
+            warmup: float, server_pids: list[int]) -> dict[str, Any]:  # fmt: skip
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     nproc = max(1, min(procs, concurrency))
@@ -231,7 +243,7 @@ def measure(port: int, ca: str, requests: list[bytes], concurrency: int, procs: 
         ctx.Process(target=run_client, args=(port, ca, requests, share, i * 101, seconds, warmup, queue))
         for i, share in enumerate(shares)
     ]
-    cpu_before = cpu_seconds(server_pid)
+    cpu_before = cpu_seconds(server_pids)
     for child in children:
         child.start()
     latencies: list[float] = []
@@ -242,7 +254,7 @@ def measure(port: int, ca: str, requests: list[bytes], concurrency: int, procs: 
         latencies.extend(lat)
         errors.extend(err)
         answered += count
-    cpu = cpu_seconds(server_pid) - cpu_before
+    cpu = cpu_seconds(server_pids) - cpu_before
     for child in children:
         child.join()
     latencies.sort()
@@ -283,12 +295,30 @@ def wait_port(port_file: Path, proc: subprocess.Popen[bytes], timeout: float = 3
     raise RuntimeError("server did not start")
 
 
+def start_baseline(
+    tmp: Path, target: str, cert: Path, key: Path, count: int, python: str
+) -> list[tuple[subprocess.Popen[bytes], int]]:
+    """``count`` processes of the no-op or shell server on one port (the first picks it)."""
+    started: list[tuple[subprocess.Popen[bytes], int]] = []
+    port = 0
+    for i in range(count):
+        port_file = tmp / f"{target}-{i}.port"
+        with (tmp / f"{target}-{i}.log").open("wb") as log:
+            proc: subprocess.Popen[bytes] = subprocess.Popen(
+                [python, __file__, f"--{target}-server", str(port_file), str(cert), str(key), str(port)],
+                stderr=log,
+            )
+        port = wait_port(port_file, proc)
+        started.append((proc, port))
+    return started
+
+
 def start_mpigate(
-    tmp: Path, cert: Path, key: Path, audit: bool, workers: int = 1
+    tmp: Path, cert: Path, key: Path, audit: bool, workers: int = 1, python: str = sys.executable
 ) -> tuple[subprocess.Popen[bytes], int]:
     log_path = tmp / f"mpigate{'-audit' if audit else ''}.log"
     args = [
-        sys.executable, "-m", "mpigate", "serve", "--config", str(REPO), "--tls-cert", str(cert),
+        python, "-m", "mpigate", "serve", "--config", str(REPO), "--tls-cert", str(cert),
         "--tls-key", str(key), "--host", "127.0.0.1", "--port", "0", "--no-live",
         "--workers", str(workers),
     ]  # fmt: skip
@@ -318,6 +348,11 @@ def main() -> None:
     parser.add_argument("--client-procs", type=int, default=2, help="load generator processes")
     parser.add_argument("--targets", default="noop,shell,mpigate,mpigate+audit")
     parser.add_argument("--workers", type=int, default=1, help="mpigate serve --workers (processes)")
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="interpreter that runs the servers (e.g. .venv-compiled/bin/python for the compiled build)",
+    )
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     targets = args.targets.split(",")
@@ -329,28 +364,24 @@ def main() -> None:
     requests: list[bytes] | None = None
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; {args.seconds:g} s per level "
           f"after {args.warmup:g} s warm-up; {args.client_procs} client processes; "
-          f"mpigate serve --workers {args.workers}")  # fmt: skip
+          f"mpigate serve --workers {args.workers}; servers run by {args.python}")  # fmt: skip
     try:
         for target in targets:
             if target in ("noop", "shell"):
-                port_file = tmp / f"{target}.port"
-                log = (tmp / f"{target}.log").open("wb")
-                proc: subprocess.Popen[bytes] = subprocess.Popen(
-                    [
-                        sys.executable,
-                        __file__,
-                        f"--{target}-server",
-                        str(port_file),
-                        str(issued.tls_cert),
-                        str(issued.tls_key),
-                    ],
-                    stderr=log,
-                )
-                log.close()
-                port = wait_port(port_file, proc)
+                # The no-op runs as many processes as mpigate has workers (the shell: one).
+                count = args.workers if target == "noop" else 1
+                procs = start_baseline(tmp, target, issued.tls_cert, issued.tls_key, count, args.python)
+                proc, port = procs[0]
+                extra = [p for p, _ in procs[1:]]
             else:
+                extra = []
                 proc, port = start_mpigate(
-                    tmp, issued.tls_cert, issued.tls_key, audit=target.endswith("audit"), workers=args.workers
+                    tmp,
+                    issued.tls_cert,
+                    issued.tls_key,
+                    audit=target.endswith("audit"),
+                    workers=args.workers,
+                    python=args.python,
                 )
             try:
                 if requests is None:
@@ -364,13 +395,15 @@ def main() -> None:
                     print(f"load: {len(requests)} requests (/mutate + /validate of "
                           f"{len(requests) // 2} TrainJobs: the examples in copies with their own uid "
                           "and name), cycled")  # fmt: skip
+                pids = [proc.pid, *(p.pid for p in extra)]
                 results[target] = [
-                    measure(port, ca, requests, c, args.client_procs, args.seconds, args.warmup, proc.pid)
+                    measure(port, ca, requests, c, args.client_procs, args.seconds, args.warmup, pids)
                     for c in levels
                 ]
             finally:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(30)
+                for server in (proc, *extra):
+                    server.send_signal(signal.SIGTERM)
+                    server.wait(30)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -417,9 +450,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--noop-server":
-        run_noop(sys.argv[2], sys.argv[3], sys.argv[4])
-    elif len(sys.argv) == 5 and sys.argv[1] == "--shell-server":
+    if len(sys.argv) == 6 and sys.argv[1] == "--noop-server":
+        run_noop(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    elif len(sys.argv) == 6 and sys.argv[1] == "--shell-server":
         run_shell(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         main()

@@ -465,3 +465,105 @@ def test_a_pod_passing_restricted_passes_baseline(spec: dict[str, Any], version:
     # PodSecurity, forbids those fields on Windows pods).
     if evaluate_pod({}, spec, "restricted", version) == ():
         assert evaluate_pod({}, spec, "baseline", version) == ()
+
+
+# --- the gates: skipping a check whose fields the pod does not set never changes a finding ------
+
+
+def ungated(
+    metadata: Any, spec: Any, level: str, version: str
+) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """Every active check run on the pod, none skipped (what evaluate_pod did before the gates)."""
+    pod = pss._pod_view(metadata, spec)
+    return [
+        (check.id, failed.reason, failed.detail, failed.paths)
+        for check, impl in pss._active(level, pss.effective_version(version))
+        if (failed := impl.fn(pod)) is not None
+    ]
+
+
+def gated(metadata: Any, spec: Any, level: str, version: str) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    return [(f.check, f.reason, f.detail, f.paths) for f in evaluate_pod(metadata, spec, level, version)]
+
+
+ANNOTATIONS = st.fixed_dictionaries(
+    {},
+    optional={
+        "annotations": st.dictionaries(
+            st.sampled_from(
+                [
+                    "seccomp.security.alpha.kubernetes.io/pod",
+                    "container.seccomp.security.alpha.kubernetes.io/a",
+                    "container.apparmor.security.beta.kubernetes.io/b",
+                    "team",
+                ]
+            ),
+            st.sampled_from(["unconfined", "runtime/default", "localhost/x", ""]),
+        )
+    },
+)
+
+
+@settings(max_examples=400)
+@given(metadata=ANNOTATIONS, spec=POD, level=st.sampled_from(pss.LEVELS), version=VERSIONS)
+def test_gated_evaluation_equals_running_every_check(
+    metadata: dict[str, Any], spec: dict[str, Any], level: str, version: str
+) -> None:
+    assert gated(metadata, spec, level, version) == ungated(metadata, spec, level, version)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(metadata=JSON, spec=JSON, level=st.sampled_from(pss.LEVELS), version=VERSIONS)
+def test_gated_evaluation_equals_running_every_check_on_arbitrary_json(
+    metadata: Any, spec: Any, level: str, version: str
+) -> None:
+    assert gated(metadata, spec, level, version) == ungated(metadata, spec, level, version)
+
+
+def near_compliant_container(name: str) -> st.SearchStrategy[dict[str, Any]]:
+    """A container that passes ``restricted`` or misses it by a field or two (absent: None)."""
+    sc = st.fixed_dictionaries(
+        {
+            "allowPrivilegeEscalation": st.sampled_from([False, False, True, None]),
+            "runAsNonRoot": st.sampled_from([True, True, False, None]),
+            "seccompProfile": st.sampled_from([{"type": "RuntimeDefault"}, {"type": "Unconfined"}, {}, None]),
+            "capabilities": st.one_of(
+                st.none(),
+                st.fixed_dictionaries(
+                    {
+                        "drop": st.sampled_from([["ALL"], ["ALL"], ["NET_RAW"], [1]]),
+                        "add": st.lists(st.sampled_from(["NET_BIND_SERVICE", "SYS_ADMIN", 7]), max_size=2),
+                    }
+                ),
+            ),
+        }
+    ).map(lambda d: {k: v for k, v in d.items() if v is not None})
+    return st.fixed_dictionaries({"name": st.just(name)}, optional={"securityContext": sc})
+
+
+NEAR_COMPLIANT_POD = st.fixed_dictionaries(
+    {
+        "containers": st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2, unique=True).flatmap(
+            lambda names: st.tuples(*[near_compliant_container(n) for n in names]).map(list)
+        ),
+    },
+    optional={
+        "securityContext": st.fixed_dictionaries(
+            {},
+            optional={
+                "runAsNonRoot": st.booleans(),
+                "seccompProfile": st.sampled_from([{"type": "RuntimeDefault"}, {"type": "Unconfined"}, {}]),
+            },
+        ),
+        "hostUsers": st.booleans(),
+        "os": st.just({"name": "windows"}),
+    },
+)
+
+
+@settings(max_examples=400)
+@given(spec=NEAR_COMPLIANT_POD, version=VERSIONS)
+def test_gated_evaluation_equals_running_every_check_near_restricted(
+    spec: dict[str, Any], version: str
+) -> None:
+    assert gated({}, spec, "restricted", version) == ungated({}, spec, "restricted", version)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection
 from fractions import Fraction
+from typing import Final
 
 from mpigate.config import Config
 from mpigate.trainjob import Resolution, format_quantity, pod_resources
@@ -30,29 +30,49 @@ def is_gpu(resource: str, known: Collection[str]) -> bool:
 
 
 def _whole(value: Fraction) -> int:
-    return math.ceil(value)
+    """``math.ceil(value)`` in integer arithmetic (speed: no Fraction dunder dispatch)."""
+    return -(-value.numerator // value.denominator)
+
+
+def _times(value: Fraction, count: int) -> Fraction:
+    """``value * count``; a whole value (the common case: whole CPUs, bytes) in integer arithmetic,
+    Fraction's own multiplication only for a fractional one (same exact result either way)."""
+    if value.denominator == 1:
+        return Fraction(value.numerator * count)
+    return value * count
+
+
+def _plus(a: Fraction, b: Fraction) -> Fraction:
+    """``a + b``, in integer arithmetic when both are whole (see :func:`_times`)."""
+    if a.denominator == 1 and b.denominator == 1:
+        return Fraction(a.numerator + b.numerator)
+    return a + b
+
+
+_ZERO: Final = Fraction(0)
 
 
 def build_demand(resolution: Resolution, known_gpus: Collection[str], region: str | None) -> Demand:
     """Pods, GPUs (by resource), CPU and memory per replicated job and in total."""
     jobs: list[JobDemand] = []
     total_gpus: dict[str, int] = {}
-    total_cpu = Fraction(0)
-    total_mem = Fraction(0)
+    total_cpu = _ZERO
+    total_mem = _ZERO
     have_cpu = have_mem = False
     ml = resolution.ml_policy
     for job in resolution.jobs:
         requests = pod_resources(job).requests
-        gpus = {r: _whole(v) for r, v in requests.items() if is_gpu(r, known_gpus) and v > 0}
+        # v.numerator > 0: the sign without Fraction's rich comparison (hot path).
+        gpus = {r: _whole(v) for r, v in requests.items() if v.numerator > 0 and is_gpu(r, known_gpus)}
         for resource, count in gpus.items():
             total_gpus[resource] = total_gpus.get(resource, 0) + count * job.pods
         cpu = requests.get("cpu")
         mem = requests.get("memory")
         if cpu is not None:
-            total_cpu += cpu * job.pods
+            total_cpu = _plus(total_cpu, _times(cpu, job.pods))
             have_cpu = True
         if mem is not None:
-            total_mem += mem * job.pods
+            total_mem = _plus(total_mem, _times(mem, job.pods))
             have_mem = True
         hosts_ranks = (
             ml is not None

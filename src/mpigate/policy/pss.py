@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
@@ -248,37 +249,46 @@ class _Pod(NamedTuple):
     is_windows: bool
     # helpers.go relaxPolicyForUserNamespacePod: hostUsers explicitly false.
     in_user_namespace: bool
+    # Every key of the pod spec, of any container and of the pod's or any container's security
+    # context, and _ANNOTATIONS if the pod has annotations: lets evaluate_pod skip the checks
+    # whose fields the pod does not set (see _Check.gate).
+    present: AbstractSet[Any]
 
 
 _CONTAINER_LISTS: Final = ("initContainers", "containers", "ephemeralContainers")
+#: In _Pod.present when the pod has annotations (not a valid field name: it cannot collide).
+_ANNOTATIONS: Final = "metadata.annotations"
 
 
 def _pod_view(metadata: Any, spec: Any) -> _Pod:
     spec_map = _mapping(spec) or {}
     raw_annotations = _mapping(_get(metadata, "annotations")) or {}
     annotations = {k: v for k, v in raw_annotations.items() if isinstance(k, str) and isinstance(v, str)}
+    pod_sc = _mapping(spec_map.get("securityContext"))
     containers: list[_Container] = []
+    present: set[Any] = set(spec_map)
+    if pod_sc is not None:
+        present.update(pod_sc)
+    if annotations:
+        present.add(_ANNOTATIONS)
     for key in _CONTAINER_LISTS:
         for index, item in enumerate(_list(spec_map.get(key))):
             data = _mapping(item)
             if data is None:
                 continue
-            containers.append(
-                _Container(
-                    key,
-                    index,
-                    _str(data.get("name")) or "",
-                    data,
-                    _mapping(data.get("securityContext")),
-                )
-            )
+            sc = _mapping(data.get("securityContext"))
+            containers.append(_Container(key, index, _str(data.get("name")) or "", data, sc))
+            present.update(data)
+            if sc is not None:
+                present.update(sc)
     return _Pod(
         MappingProxyType(annotations),
         spec_map,
         tuple(containers),
-        _mapping(spec_map.get("securityContext")),
+        pod_sc,
         _str(_get(spec_map, "os", "name")) == "windows",
         _bool(spec_map.get("hostUsers")) is False,
+        present,
     )
 
 
@@ -905,6 +915,54 @@ def _capabilities_restricted_1_22(pod: _Pod) -> _Fail | None:
     return _Fail("unrestricted capabilities", "; ".join(details), tuple(paths))
 
 
+def _restricted_passes(pod: _Pod) -> frozenset[str]:
+    """The ungated restricted checks (those that fail on a field's absence) that ``pod`` surely
+    passes, found in one pass over its containers: the checks themselves, which build the
+    messages, then run only for a pod that may fail them (speed; the same findings)."""
+    pod_sc = pod.security_context
+    pod_non_root = _bool(_at(pod_sc, "runAsNonRoot"))
+    pod_seccomp = _seccomp_type(pod_sc)
+    pod_seccomp_valid = pod_seccomp in _SECCOMP_TYPES
+    escalation = capabilities = True
+    non_root = pod_non_root is not False
+    seccomp = pod_seccomp is None or pod_seccomp_valid
+    for container in pod.containers:
+        sc = container.security_context
+        if sc is None:
+            escalation = capabilities = False
+            non_root = non_root and pod_non_root is True
+            seccomp = seccomp and pod_seccomp_valid
+            continue
+        if sc.get("allowPrivilegeEscalation") is not False:
+            escalation = False
+        value = _bool(sc.get("runAsNonRoot"))
+        if value is False or (value is None and pod_non_root is not True):
+            non_root = False
+        container_seccomp = _seccomp_type(sc)
+        if container_seccomp is None:
+            seccomp = seccomp and pod_seccomp_valid
+        elif container_seccomp not in _SECCOMP_TYPES:
+            seccomp = False
+        caps = _mapping(sc.get("capabilities"))
+        if (
+            caps is None
+            or "ALL" not in _list(caps.get("drop"))
+            or any(isinstance(c, str) and c != "NET_BIND_SERVICE" for c in _list(caps.get("add")))
+        ):
+            capabilities = False
+    passes = [
+        check_id
+        for check_id, passed in (
+            ("allowPrivilegeEscalation", escalation),
+            ("capabilities_restricted", capabilities),
+            ("runAsNonRoot", non_root),
+            ("seccompProfile_restricted", seccomp),
+        )
+        if passed
+    ]
+    return frozenset(passes)
+
+
 # --------------------------------------------------------------------------------------------------
 # The registry
 
@@ -921,6 +979,11 @@ class _Check:
     id: str
     level: str
     impls: tuple[_Impl, ...]
+    #: The fields without which the check passes (every implementation reads only these, from the
+    #: pod spec, a container or a security context; _ANNOTATIONS for the annotations): a pod that
+    #: sets none of them skips the check, so a typical pod runs a handful of checks, not all
+    #: (speed). None for a check that can fail on a field's absence (``runAsNonRoot`` ...).
+    gate: frozenset[str] | None = None
 
     def impl_for(self, version: Version) -> _Impl | None:
         chosen = None
@@ -934,15 +997,40 @@ class _Check:
 def _registry() -> tuple[_Check, ...]:
     """Every check, in upstream's evaluation order: baseline IDs sorted, then restricted IDs sorted."""
     baseline = [
-        _Check("hostNamespaces", "baseline", (_Impl((1, 0), _host_namespaces_1_0),)),
-        _Check("privileged", "baseline", (_Impl((1, 0), _privileged_1_0),)),
-        _Check("capabilities_baseline", "baseline", (_Impl((1, 0), _capabilities_baseline_1_0),)),
-        _Check("hostPathVolumes", "baseline", (_Impl((1, 0), _host_path_volumes_1_0),)),
-        _Check("hostPorts", "baseline", (_Impl((1, 0), _host_ports_1_0),)),
         _Check(
-            "hostProbesAndHostLifecycle", "baseline", (_Impl((1, 34), _host_probes_and_host_lifecycle_1_34),)
+            "hostNamespaces",
+            "baseline",
+            (_Impl((1, 0), _host_namespaces_1_0),),
+            frozenset({"hostNetwork", "hostPID", "hostIPC"}),
         ),
-        _Check("appArmorProfile", "baseline", (_Impl((1, 0), _app_armor_profile_1_0),)),
+        _Check(
+            "privileged",
+            "baseline",
+            (_Impl((1, 0), _privileged_1_0),),
+            frozenset({"privileged"}),
+        ),
+        _Check(
+            "capabilities_baseline",
+            "baseline",
+            (_Impl((1, 0), _capabilities_baseline_1_0),),
+            frozenset({"capabilities"}),
+        ),
+        _Check(
+            "hostPathVolumes", "baseline", (_Impl((1, 0), _host_path_volumes_1_0),), frozenset({"volumes"})
+        ),
+        _Check("hostPorts", "baseline", (_Impl((1, 0), _host_ports_1_0),), frozenset({"ports"})),
+        _Check(
+            "hostProbesAndHostLifecycle",
+            "baseline",
+            (_Impl((1, 34), _host_probes_and_host_lifecycle_1_34),),
+            frozenset({*_PROBES, "lifecycle"}),
+        ),
+        _Check(
+            "appArmorProfile",
+            "baseline",
+            (_Impl((1, 0), _app_armor_profile_1_0),),
+            frozenset({"appArmorProfile", _ANNOTATIONS}),
+        ),
         _Check(
             "seLinuxOptions",
             "baseline",
@@ -950,16 +1038,20 @@ def _registry() -> tuple[_Check, ...]:
                 _Impl((1, 0), _se_linux_options(_SELINUX_TYPES_1_0)),
                 _Impl((1, 31), _se_linux_options(_SELINUX_TYPES_1_31)),
             ),
+            frozenset({"seLinuxOptions"}),
         ),
         _Check(
             "procMount",
             "baseline",
             (_Impl((1, 0), _proc_mount_1_0), _Impl((1, 35), _proc_mount_1_35_baseline)),
+            frozenset({"procMount"}),
         ),
         _Check(
             "seccompProfile_baseline",
             "baseline",
             (_Impl((1, 0), _seccomp_profile_baseline_1_0), _Impl((1, 19), _seccomp_profile_baseline_1_19)),
+            # 1.0 reads the annotations, 1.19 the profiles.
+            frozenset({"seccompProfile", _ANNOTATIONS}),
         ),
         _Check(
             "sysctls",
@@ -971,12 +1063,21 @@ def _registry() -> tuple[_Check, ...]:
                 _Impl((1, 32), _sysctls(_SYSCTLS_1_32)),
                 _Impl((1, 37), _sysctls(_SYSCTLS_1_37)),
             ),
+            frozenset({"sysctls"}),
         ),
-        _Check("windowsHostProcess", "baseline", (_Impl((1, 0), _windows_host_process_1_0),)),
+        _Check(
+            "windowsHostProcess",
+            "baseline",
+            (_Impl((1, 0), _windows_host_process_1_0),),
+            frozenset({"windowsOptions"}),
+        ),
     ]
     restricted = [
         _Check(
-            "restrictedVolumes", "restricted", (_Impl((1, 0), _restricted_volumes_1_0, ("hostPathVolumes",)),)
+            "restrictedVolumes",
+            "restricted",
+            (_Impl((1, 0), _restricted_volumes_1_0, ("hostPathVolumes",)),),
+            frozenset({"volumes"}),
         ),
         _Check(
             "allowPrivilegeEscalation",
@@ -998,6 +1099,7 @@ def _registry() -> tuple[_Check, ...]:
             "runAsUser",
             "restricted",
             (_Impl((1, 23), _run_as_user_1_23), _Impl((1, 35), _user_namespace_exempt(_run_as_user_1_23))),
+            frozenset({"runAsUser"}),
         ),
         _Check(
             "seccompProfile_restricted",
@@ -1017,7 +1119,12 @@ def _registry() -> tuple[_Check, ...]:
                 _Impl((1, 25), _windows_exempt(_capabilities_restricted_1_22), ("capabilities_baseline",)),
             ),
         ),
-        _Check("procMount_restricted", "restricted", (_Impl((1, 35), _proc_mount_1_0, ("procMount",)),)),
+        _Check(
+            "procMount_restricted",
+            "restricted",
+            (_Impl((1, 35), _proc_mount_1_0, ("procMount",)),),
+            frozenset({"procMount"}),
+        ),
     ]
     return tuple(sorted(baseline, key=lambda c: c.id)) + tuple(sorted(restricted, key=lambda c: c.id))
 
@@ -1090,7 +1197,11 @@ def evaluate_pod(
     pod = _pod_view(metadata, spec)
     rules = _rule_for_check()
     findings: list[PSSFinding] = []
+    passes = _restricted_passes(pod) if level == "restricted" else frozenset()
     for check, impl in _active(level, evaluated):
+        gate = check.gate
+        if (gate is not None and gate.isdisjoint(pod.present)) or check.id in passes:
+            continue
         failed = impl.fn(pod)
         if failed is not None:
             findings.append(

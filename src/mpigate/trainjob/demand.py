@@ -101,7 +101,13 @@ def container_resources(list_field: str, index: int, container: Mapping[str, Any
 def _add(into: dict[str, Fraction], values: Mapping[str, Fraction]) -> None:
     for name, value in values.items():
         current = into.get(name)
-        into[name] = value if current is None else current + value
+        if current is None:
+            into[name] = value
+        elif current.denominator == 1 and value.denominator == 1:
+            # Whole quantities (the common case): integer arithmetic, the same exact value (speed).
+            into[name] = Fraction(current.numerator + value.numerator)
+        else:
+            into[name] = current + value
 
 
 def pod_resources(job: EffectiveJob) -> PodResources:

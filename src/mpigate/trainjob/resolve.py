@@ -403,10 +403,10 @@ def _container(pod: dict[str, Any], name: str, list_field: str = "containers") -
     return None
 
 
-def _upsert_env(container: dict[str, Any], env: Sequence[Mapping[str, Any]]) -> None:
-    """Set ``env`` (entries with string names) on the container: replace the first entry of the same
-    name, append the others. The entries are shared, not copied (resolutions are read-only)."""
-    current = container.get("env")
+def _upserted_env(current: Any, env: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """``current`` (a container's env) with ``env`` (entries with string names) set: the first entry
+    of the same name replaced, the others appended. The entries are shared, not copied
+    (resolutions are read-only)."""
     items: list[Any] = list(current) if isinstance(current, list) else []
     first: dict[str, int] = {}
     for i, existing in enumerate(items):
@@ -423,21 +423,23 @@ def _upsert_env(container: dict[str, Any], env: Sequence[Mapping[str, Any]]) -> 
             if isinstance(name, str):
                 first[name] = len(items)
             items.append(var)
-    container["env"] = items
+    return items
 
 
-def _upsert_named(
-    spec: dict[str, Any], list_field: str, key: str, values: Sequence[Mapping[str, Any]]
-) -> None:
-    """Append the ``values`` whose (string) ``key`` no entry of the list has yet (shared, not copied)."""
-    current = spec.get(list_field)
+def _upsert_env(container: dict[str, Any], env: Sequence[Mapping[str, Any]]) -> None:
+    container["env"] = _upserted_env(container.get("env"), env)
+
+
+def _upserted_named(current: Any, key: str, values: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """``current`` and the ``values`` whose (string) ``key`` no entry of it has yet (shared, not
+    copied)."""
     items: list[Any] = list(current) if isinstance(current, list) else []
     present = {v.get(key) for v in items if is_mapping(v) and isinstance(v.get(key), str)}
     for value in values:
         if value[key] not in present:
             present.add(value[key])
             items.append(value)
-    spec[list_field] = items
+    return items
 
 
 def _valid_env(raw: Any, path: tuple[PathPart, ...], rec: _Recorder) -> list[Mapping[str, Any]]:
@@ -478,6 +480,8 @@ class PreparedRuntime:
     problems: tuple[Problem, ...]
     #: The ``runtime`` layer of each job (its pod template), in job order.
     layers: tuple[Layer, ...]
+    #: What Trainer's MPI plugin adds to the ``node`` and ``launcher`` jobs (MPI runtimes only).
+    mpi: Mapping[str, MPIPlugin] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def job_names(self) -> tuple[str, ...]:
@@ -507,6 +511,13 @@ def prepare_runtime(runtime: Mapping[str, Any], *, root: str | None = None) -> P
         )
         for job_name, job in jobs
     )
+    mpi: dict[str, MPIPlugin] = {}
+    if ml is not None and ml.mpi:
+        mpi = {
+            job_name: _mpi_plugin(job_name, job, ml, root)
+            for job_name, job in jobs
+            if job_name in (NODE, LAUNCHER)
+        }
     return PreparedRuntime(
         manifest=runtime,
         kind=str(thawed.get("kind", "ClusterTrainingRuntime")),
@@ -518,6 +529,7 @@ def prepare_runtime(runtime: Mapping[str, Any], *, root: str | None = None) -> P
             Problem(p.field, f"{root}{p.path}: {p.message}", p.malformed, True) for p in rec.problems
         ),
         layers=layers,
+        mpi=MappingProxyType(mpi),
     )
 
 
@@ -672,7 +684,7 @@ def resolve(
         ancestor = ancestors[name]
         job_layers = layers[name]
         if ml is not None and ml.mpi and name in (NODE, LAUNCHER):
-            mpi_layer = _apply_mpi(pod, name, ml, slots or 1, job_layers[0].root)
+            mpi_layer = _apply_mpi(pod, prepared.mpi[name], slots or 1, job_layers[0].root)
             job_layers.append(mpi_layer)
         for init_kind, init_key in ((DATASET_INITIALIZER, "dataset"), (MODEL_INITIALIZER, "model")):
             if ancestor == init_kind and _container(pod, init_kind) is not None:
@@ -733,8 +745,11 @@ def _check_patch_containers(
     spec = _mapping(pod_patch.get("spec"))
     runtime_spec = _mapping(runtime_pod.get("spec"))
     for list_field in ("initContainers", "containers"):
+        items = spec.get(list_field)
+        if not isinstance(items, list):  # most patches touch no containers
+            continue
         existing = {c.get("name") for c in _list(runtime_spec.get(list_field)) if is_mapping(c)}
-        for item in _list(spec.get(list_field)):
+        for item in items:
             if not is_mapping(item) or not isinstance(item.get("name"), str):
                 continue
             path = (*base, "spec", list_field, Key("name", item["name"]))
@@ -758,6 +773,10 @@ def _without_unknown_containers(
     found, pod_spec = get_path(template, ("spec", "template", "spec"))
     if not found or not is_mapping(pod_spec):
         return template
+    if not isinstance(pod_spec.get("initContainers"), list) and not isinstance(
+        pod_spec.get("containers"), list
+    ):
+        return template  # nothing to clean (most patches): no copy
     runtime_spec = _mapping(runtime_pod.get("spec"))
     cleaned = dict(pod_spec)
     for list_field in ("initContainers", "containers"):
@@ -789,43 +808,114 @@ def _gpu_count(resources: Mapping[str, Any]) -> int:
     return 0
 
 
-def _apply_mpi(pod: dict[str, Any], job: str, ml: MLPolicy, slots: int, root: str) -> Layer:
-    """Trainer's MPI plugin: SSH auth Secret volume, hostfile, and the reserved OpenMPI env."""
-    spec = pod.setdefault("spec", {}) if isinstance(pod.get("spec", {}), dict) else {}
-    contribution_volumes: list[dict[str, Any]] = [
+@dataclass(frozen=True, slots=True)
+class MPIPlugin:
+    """What Trainer's MPI plugin adds to one job (``node`` or ``launcher``) of an MPI runtime, built
+    once per prepared runtime: everything but the slots value depends only on the runtime.
+
+    The plugin *upserts* into lists of the job's pod (its volumes, the ``node`` container's env and
+    volumeMounts). Each ``*_from``/``*_to`` pair is that upsert done once on the runtime's own list:
+    when a job's list is still the runtime's object (no runtime patch replaced it — resolutions
+    share untouched subtrees), the result is reused instead of recomputed (speed).
+    """
+
+    #: The plugin's volumes, the node container's mounts and (launcher) reserved env, whose
+    #: slots entry (index 2) is a placeholder.
+    volumes: list[dict[str, Any]]
+    mounts: list[dict[str, Any]]
+    env: list[dict[str, Any]]
+    volumes_from: Any
+    volumes_to: list[Any]
+    mounts_from: Any
+    mounts_to: list[Any]
+    env_from: Any
+    env_to: list[Any]
+    #: Where the slots entry sits in ``env_to`` (-1: no env).
+    env_slots_index: int
+    #: The layer when the pod has no ``node`` container, and (node job) when it has one.
+    layer_without_node: Layer
+    layer_with_node: Layer | None
+
+
+def _mpi_plugin(job: str, doc: Mapping[str, Any], ml: MLPolicy, root: str) -> MPIPlugin:
+    volumes: list[dict[str, Any]] = [
         {
             "name": MPI_SSH_AUTH_VOLUME,
             "secret": {"secretName": "<trainjob>-mpi-ssh-auth", "defaultMode": 0o640},
         }
     ]
+    mounts: list[dict[str, Any]] = [{"name": MPI_SSH_AUTH_VOLUME, "mountPath": ml.ssh_auth_mount_path}]
+    env: list[dict[str, Any]] = []
+    # Stands for the slots entry in the precomputed env lists; replaced before a list is used.
+    slots_placeholder = {"name": OPENMPI_RESERVED_ENV[2], "value": ""}
     if job == LAUNCHER:
-        contribution_volumes.append(
-            {"name": MPI_HOSTFILE_VOLUME, "configMap": {"name": "<trainjob>-mpi-hostfile"}}
-        )
-    _upsert_named(spec, "volumes", "name", contribution_volumes)
-    container: dict[str, Any] = {"name": NODE}
-    node = _container(pod, NODE)
-    if node is not None:
-        mounts = [{"name": MPI_SSH_AUTH_VOLUME, "mountPath": ml.ssh_auth_mount_path}]
-        env: list[dict[str, Any]] = []
-        if job == LAUNCHER:
-            mounts.append({"name": MPI_HOSTFILE_VOLUME, "mountPath": MPI_HOSTFILE_DIR})
-            env = [
-                {"name": OPENMPI_RESERVED_ENV[0], "value": f"{MPI_HOSTFILE_DIR}/hostfile"},
-                {"name": OPENMPI_RESERVED_ENV[1], "value": "true"},
-                {"name": OPENMPI_RESERVED_ENV[2], "value": str(slots)},
-                {"name": OPENMPI_RESERVED_ENV[3], "value": "-o ConnectionAttempts=10"},
-            ]
-            _upsert_env(node, env)
-        _upsert_named(node, "volumeMounts", "mountPath", mounts)
-        container = {"name": NODE, "volumeMounts": mounts, **({"env": env} if env else {})}
-    contribution = {"spec": {"volumes": contribution_volumes, "containers": [container]}}
-    return Layer(
-        "mpi",
-        contribution,
-        (),
-        root,
+        volumes.append({"name": MPI_HOSTFILE_VOLUME, "configMap": {"name": "<trainjob>-mpi-hostfile"}})
+        mounts.append({"name": MPI_HOSTFILE_VOLUME, "mountPath": MPI_HOSTFILE_DIR})
+        env = [
+            {"name": OPENMPI_RESERVED_ENV[0], "value": f"{MPI_HOSTFILE_DIR}/hostfile"},
+            {"name": OPENMPI_RESERVED_ENV[1], "value": "true"},
+            slots_placeholder,
+            {"name": OPENMPI_RESERVED_ENV[3], "value": "-o ConnectionAttempts=10"},
+        ]
+    pod = _pod_template(doc)
+    spec = _mapping(pod.get("spec"))
+    node = _container(pod, NODE) or {}
+    volumes_from, mounts_from, env_from = spec.get("volumes"), node.get("volumeMounts"), node.get("env")
+    env_to = _upserted_env(env_from, env) if env else []
+    return MPIPlugin(
+        volumes=volumes,
+        mounts=mounts,
+        env=env,
+        volumes_from=volumes_from,
+        volumes_to=_upserted_named(volumes_from, "name", volumes),
+        mounts_from=mounts_from,
+        mounts_to=_upserted_named(mounts_from, "mountPath", mounts),
+        env_from=env_from,
+        env_to=env_to,
+        env_slots_index=next((i for i, var in enumerate(env_to) if var is slots_placeholder), -1),
+        layer_without_node=_mpi_layer(volumes, {"name": NODE}, root),
+        layer_with_node=None if env else _mpi_layer(volumes, {"name": NODE, "volumeMounts": mounts}, root),
     )
+
+
+def _mpi_layer(volumes: list[dict[str, Any]], container: dict[str, Any], root: str) -> Layer:
+    return Layer("mpi", {"spec": {"volumes": volumes, "containers": [container]}}, (), root)
+
+
+def _apply_mpi(pod: dict[str, Any], plugin: MPIPlugin, slots: int, root: str) -> Layer:
+    """Trainer's MPI plugin: SSH auth Secret volume, hostfile, and the reserved OpenMPI env
+    (``plugin``: its parts prepared for the job's runtime)."""
+    spec = pod.setdefault("spec", {}) if isinstance(pod.get("spec", {}), dict) else {}
+    current = spec.get("volumes")
+    spec["volumes"] = (
+        plugin.volumes_to
+        if current is plugin.volumes_from
+        else _upserted_named(current, "name", plugin.volumes)
+    )
+    node = _container(pod, NODE)
+    if node is None:
+        return plugin.layer_without_node
+    env: list[dict[str, Any]] = []
+    if plugin.env:  # launcher: the reserved env first (as Trainer sets it)
+        slots_var = {"name": OPENMPI_RESERVED_ENV[2], "value": str(slots)}
+        env = list(plugin.env)
+        env[2] = slots_var
+        current = node.get("env")
+        if current is plugin.env_from:
+            node_env = list(plugin.env_to)
+            node_env[plugin.env_slots_index] = slots_var
+        else:
+            node_env = _upserted_env(current, env)
+        node["env"] = node_env
+    current = node.get("volumeMounts")
+    node["volumeMounts"] = (
+        plugin.mounts_to
+        if current is plugin.mounts_from
+        else _upserted_named(current, "mountPath", plugin.mounts)
+    )
+    if plugin.layer_with_node is not None:  # node job: the same layer for every job
+        return plugin.layer_with_node
+    return _mpi_layer(plugin.volumes, {"name": NODE, "volumeMounts": plugin.mounts, "env": env}, root)
 
 
 def _apply_initializer(

@@ -3,13 +3,17 @@ concurrency and live usage."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from fractions import Fraction
+from types import MappingProxyType
 
+from mpigate.config import Config
+from mpigate.config.model import Team
 from mpigate.policy.context import PRIORITY_LABEL, QUEUE_LABEL, JobContext, as_int
 from mpigate.policy.decision import Demand
 from mpigate.policy.demand import is_gpu
 from mpigate.policy.findings import Finding
+from mpigate.policy.prepared import memoized
 from mpigate.trainjob import EffectiveJob, Resolution, pod_resources
 from mpigate.trainjob.resolve import NODE
 
@@ -21,7 +25,9 @@ def _gpu_pods(resolution: Resolution, known: frozenset[str]) -> list[tuple[Effec
     for job in resolution.jobs:
         requests = pod_resources(job).requests
         gpus = {
-            r: -(-v.numerator // v.denominator) for r, v in requests.items() if is_gpu(r, known) and v > 0
+            r: -(-v.numerator // v.denominator)
+            for r, v in requests.items()
+            if v.numerator > 0 and is_gpu(r, known)  # the sign without Fraction's comparison (speed)
         }
         if gpus:
             out.append((job, gpus))
@@ -172,15 +178,24 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
         yield from _live_usage(ctx, demand)
 
 
-def _gpu_shape(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
-    team = ctx.team
-    assert team is not None
-    config = ctx.config
+def _gpus_per_node(config: Config, team: Team) -> Mapping[str, tuple[int, str]]:
+    """The largest node (GPUs, flavor) of each GPU resource among the team's flavors (depends on
+    the config alone: computed once per config and team)."""
     per_node: dict[str, tuple[int, str]] = {}
     for quota in team.gpus.values():
         flavor = config.flavors[quota.flavor]
         if flavor.gpus_per_node > per_node.get(flavor.gpu_resource, (0, ""))[0]:
             per_node[flavor.gpu_resource] = (flavor.gpus_per_node, flavor.name)
+    return MappingProxyType(per_node)
+
+
+def _gpu_shape(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
+    team = ctx.team
+    assert team is not None
+    config = ctx.config
+    per_node = memoized(
+        config, ("policy.quota.gpus_per_node", team.name), lambda: _gpus_per_node(config, team)
+    )
     for job in resolution.jobs:
         pod = pod_resources(job)
         for pod_path, problem in pod.invalid:
@@ -256,7 +271,7 @@ def _slots(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
     if node is None:
         return
     requests = pod_resources(node).requests
-    gpus = sum(int(v) for r, v in requests.items() if is_gpu(r, ctx.gpu_resources) and v > 0)
+    gpus = sum(int(v) for r, v in requests.items() if v.numerator > 0 and is_gpu(r, ctx.gpu_resources))
     if gpus:
         if slots != gpus:
             effect = f"{gpus - slots} GPUs per pod stay idle" if slots < gpus else "ranks share GPUs"
