@@ -9,6 +9,7 @@ import sys
 import click
 
 from mpigate import __version__
+from mpigate._build import compiled
 
 from .audit_commands import audit_group
 from .config_commands import check_command, init_command, schema_command
@@ -25,7 +26,13 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 @click.group(context_settings=CONTEXT)
-@click.version_option(__version__, "--version", prog_name="mpigate")
+@click.version_option(
+    __version__,
+    "--version",
+    prog_name="mpigate",
+    # which build runs (docs/building.md), as black and mypy say it
+    message=f"%(prog)s, version %(version)s (compiled: {'yes' if compiled() else 'no'})",
+)
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 def cli(verbose: int) -> None:
     """mpigate: GitOps governance and admission control for MPI training jobs on Kubernetes.

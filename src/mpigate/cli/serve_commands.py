@@ -21,6 +21,8 @@ from typing import Any
 import click
 import yaml
 
+from mpigate import __version__
+from mpigate._build import compiled
 from mpigate.admission.certs import CertificateError, issue_certificates
 from mpigate.admission.client import (
     ReplayResult,
@@ -32,7 +34,7 @@ from mpigate.admission.client import (
     summarize,
 )
 from mpigate.admission.kube import KubeConfig, KubeConfigError, in_cluster_config, load_kubeconfig
-from mpigate.admission.logjson import JsonFormatter
+from mpigate.admission.logjson import JsonFormatter, fields
 from mpigate.admission.metrics import Metrics
 from mpigate.admission.review import Stage
 from mpigate.admission.routes import DEFAULT_PORT
@@ -245,6 +247,13 @@ def serve_command(
           --audit-dir /var/lib/mpigate/audit
     """
     _configure_logging(log_format, log_level)
+    # which build serves (docs/building.md): the mypyc-compiled engine or its pure-Python fallback
+    log.info(
+        "mpigate %s starting (compiled: %s)",
+        __version__,
+        "yes" if compiled() else "no",
+        extra=fields(event="starting", version=__version__, compiled=compiled()),
+    )
     if insecure_dev:
         if host == "0.0.0.0":
             host = "127.0.0.1"

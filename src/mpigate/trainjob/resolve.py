@@ -26,6 +26,7 @@ as :class:`Problem` values and treated as absent.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -36,6 +37,8 @@ from mpigate.config import parse_quantity
 from .jsontypes import is_mapping
 from .paths import Key, PathPart, format_path, get_path, keyed_path
 from .smp import copy_json, merge_shared
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ANCESTOR_LABEL",
@@ -494,6 +497,9 @@ def prepare_runtime(runtime: Mapping[str, Any], *, root: str | None = None) -> P
     name = str(meta.get("name", ""))
     if root is None:
         root = f"runtime {name}: "
+    # Once per runtime and config when the engine works as designed; the test counting these
+    # records holds on the pure and the compiled build alike (mypyc binds calls at compile time).
+    log.debug("preparing runtime %s", name)
     ml = parse_ml_policy(_mapping(thawed.get("spec")), rec)
     jobs = tuple((job_name, dict(job)) for job_name, job in _runtime_jobs(thawed, rec))
     layers = tuple(
