@@ -19,6 +19,7 @@ from mpigate.admission.review import (
     audit_annotations,
     decision_response,
     decode_review,
+    encode_json,
     fit_warnings,
     parse_json,
 )
@@ -183,6 +184,22 @@ def test_mutate_response_carries_a_base64_jsonpatch_only_when_non_empty() -> Non
     assert response["auditAnnotations"] == {"patch": "1 operations", "revision": "abc123"}
     empty = decision_response("u", decision(), "mutate")["response"]
     assert "patch" not in empty and "patchType" not in empty
+
+
+@pytest.mark.parametrize(
+    "value",
+    [2**70, -(2**64), "\ud800 lone surrogate", {"nested": ["\udfff", 2**100]}, "é ✓", 1.5, None],
+    ids=["big-int", "big-negative", "lone-surrogate", "nested", "unicode", "float", "null"],
+)
+def test_every_decodable_value_encodes_again_in_a_patch(value: Any) -> None:
+    # values parse_json accepts but orjson does not encode (beyond 64 bits, lone surrogates) take
+    # the standard library's path; the patch must still decode to exactly the operation
+    decoded = parse_json(json.dumps({"v": value}).encode())
+    assert decoded == {"v": value}
+    ops = ({"op": "add", "path": "/spec/x", "value": decoded["v"]},)
+    response = decision_response("u", decision(patch=ops), "mutate")["response"]
+    assert json.loads(base64.b64decode(response["patch"])) == [dict(ops[0])]
+    assert parse_json(encode_json({"v": value})) == {"v": value}
 
 
 def test_mutate_never_denies_or_warns_validation_does() -> None:

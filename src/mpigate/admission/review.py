@@ -50,6 +50,7 @@ __all__ = [
     "audit_annotations",
     "decision_response",
     "decode_review",
+    "encode_json",
     "error_response",
     "fit_warnings",
     "parse_json",
@@ -145,6 +146,16 @@ class ReviewRequest:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def encode_json(value: Any) -> bytes:
+    """Compact UTF-8 JSON of a JSON value: orjson (several times faster), else the standard
+    library for what orjson refuses — integers beyond 64 bits and lone surrogates, both of which
+    :func:`parse_json` accepts — escaped to ASCII, so that any decoded value encodes again."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 def parse_json(body: bytes) -> Any | BadReview:
@@ -383,9 +394,8 @@ def response_review(
     if warnings:
         response["warnings"] = fit_warnings(warnings)
     if patch:
-        raw = json.dumps([dict(op) for op in patch], separators=(",", ":"), ensure_ascii=False)
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(raw.encode()).decode("ascii")
+        response["patch"] = base64.b64encode(encode_json([dict(op) for op in patch])).decode("ascii")
     if annotations:
         response["auditAnnotations"] = _check_annotations(annotations)
     return {"apiVersion": ADMISSION_API_VERSION, "kind": REVIEW_KIND, "response": response}
