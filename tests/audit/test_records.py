@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mpigate.audit import (
     REDACTED,
@@ -234,3 +238,75 @@ def test_real_engine_decisions_leave_no_secret_in_the_files(tmp_path):
     for secret in secrets:
         assert secret.encode() not in blob, secret
     assert b"AWS_SECRET_ACCESS_KEY" in blob  # the finding still names the variable
+
+
+# Where a secret can sit in an object: an env var's literal value, a string under a credential-like
+# key, or a token-looking string under any key or in any list.
+_PLACES = st.sampled_from(["env", "secret-key", "token"])
+_KEYS = st.sampled_from(["name", "image", "command", "args", "labels", "spec", "template", "x"])
+_PLAIN = st.text(alphabet="abcdefgh-./ ", max_size=12)
+_JSON = st.recursive(
+    st.none() | st.integers() | _PLAIN,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _plant(obj: Any, place: str, secret: str, path: list[str]) -> dict[str, Any]:
+    """``obj`` wrapped so that ``secret`` sits at ``place`` under the nesting ``path``."""
+    if place == "env":
+        leaf: Any = {"env": [{"name": "X", "value": secret}], "other": obj}
+    elif place == "secret-key":
+        leaf = {"apiToken": secret, "other": obj}
+    else:
+        leaf = [obj, f"ghp_{secret}"]
+    for key in reversed(path):
+        leaf = {key: leaf}
+    return {"spec": leaf}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    _JSON,
+    _PLACES,
+    st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", min_size=24, max_size=40),
+    st.lists(_KEYS, max_size=6),
+    st.booleans(),
+)
+def test_a_secret_anywhere_in_the_object_never_reaches_the_record(
+    filler: Any, place: str, secret: str, path: list[str], long_message: bool
+) -> None:
+    """Wherever the object carries it, a secret quoted back by the engine (in a message, a
+    violation, a warning or a patch) is redacted — short texts (memoized checks) and long ones alike."""
+    obj = _plant(filler, place, secret, path)
+    quoted = f"ghp_{secret}" if place == "token" else secret
+    padding = " lorem" * (100 if long_message else 1)
+    decision = replace(
+        leaky_decision(),
+        message=f"denied: saw {quoted}{padding}",
+        warnings=(f"value {quoted} looks odd{padding}",),
+        violations=(Violation("MPG-SEC-SECRETS", "enforce", "spec", f"holds {quoted}{padding}"),),
+        patch=({"op": "add", "path": "/metadata/labels/x", "value": quoted},),
+    )
+    entry = record_from_decision(decision, admission(obj), "validate", "webhook")
+    text = json.dumps(entry)
+    assert secret not in text
+    assert entry["object"]["name"] == "leaky-credentials"  # identities are kept exactly
+
+
+def test_long_values_are_checked_every_time_and_never_held_by_a_cache() -> None:
+    from mpigate.audit import records
+
+    records._scrub_tokens_memo.cache_clear()
+    records._secret_value_memo.cache_clear()
+    token = "ghp_" + "a" * 30
+    long_text = "x " * 5000 + token
+    assert redact({"notes": long_text})["notes"].endswith(REDACTED)
+    assert token in records.secret_values({"notes": long_text}) or long_text in records.secret_values(
+        {"notes": long_text}
+    )
+    # nothing of that size was memoized; a short one is
+    assert records._scrub_tokens_memo.cache_info().currsize == 0
+    assert records._secret_value_memo.cache_info().currsize == 0
+    assert redact({"notes": token})["notes"] == REDACTED
+    assert records._scrub_tokens_memo.cache_info().currsize == 1

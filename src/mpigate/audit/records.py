@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any, Literal
 
 from mpigate.policy.decision import AdmissionInput, Decision
+from mpigate.trainjob.jsontypes import is_mapping
 
 __all__ = [
     "CALLER_STAGES",
@@ -58,18 +60,41 @@ _SECRET_VALUE = re.compile(
 )
 # Literal secrets shorter than this are not scrubbed from free text (too many false hits).
 _MIN_SCRUB_LEN = 4
+# Keys and strings up to this length have their pattern checks memoized: a record walks the whole
+# object, whose keys and most values (images, commands, names) repeat from request to request.
+# Longer ones (free text, hostile values) are checked every time and never held by a cache.
+_MEMO_MAX_LEN = 256
 
 
-def _walk(value: Any, key: str = "") -> Iterator[tuple[str, Any, Any]]:
-    """Yield (key, container, value) for every nested value."""
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            yield str(k), value, v
-            yield from _walk(v, str(k))
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield key, value, item
-            yield from _walk(item, key)
+@lru_cache(maxsize=4096)
+def _secret_key_memo(key: str) -> bool:
+    return _SECRET_KEY.search(key) is not None
+
+
+def _secret_key(key: str) -> bool:
+    """Whether a key names a credential (``token``, ``password``, ``apiKey``, ...)."""
+    return _secret_key_memo(key) if len(key) <= _MEMO_MAX_LEN else _SECRET_KEY.search(key) is not None
+
+
+@lru_cache(maxsize=4096)
+def _secret_value_memo(value: str) -> bool:
+    return _SECRET_VALUE.search(value) is not None
+
+
+def _secret_value(value: str) -> bool:
+    """Whether a string looks like a credential whatever key carries it."""
+    if len(value) <= _MEMO_MAX_LEN:
+        return _secret_value_memo(value)
+    return _SECRET_VALUE.search(value) is not None
+
+
+@lru_cache(maxsize=4096)
+def _scrub_tokens_memo(text: str) -> str:
+    return _SECRET_VALUE.sub(REDACTED, text)
+
+
+def _scrub_tokens(text: str) -> str:
+    return _scrub_tokens_memo(text) if len(text) <= _MEMO_MAX_LEN else _SECRET_VALUE.sub(REDACTED, text)
 
 
 # ``password=...``, ``token: ...`` inside a larger value (connection strings, command lines).
@@ -98,38 +123,57 @@ def secret_values(*objects: Mapping[str, Any] | None) -> frozenset[str]:
     under a credential-like key, every token-looking string (and their secret parts)."""
     found: set[str] = set()
     for obj in objects:
-        if obj is None:
-            continue
-        for key, container, value in _walk(obj):
-            if key == "env" and isinstance(value, Mapping):
-                literal = value.get("value")
-                if isinstance(literal, str) and len(literal) >= _MIN_SCRUB_LEN:
-                    found.update(_with_parts(literal))
-            elif isinstance(value, str) and len(value) >= _MIN_SCRUB_LEN:
-                secret_key = isinstance(container, Mapping) and bool(_SECRET_KEY.search(key))
-                if secret_key or _SECRET_VALUE.search(value):
-                    found.update(_with_parts(value))
+        if obj is not None:
+            _collect_secrets(obj, "", found)
     return frozenset(found)
 
 
-def _scrub_text(text: str, literals: Iterable[str]) -> str:
+def _collect_secrets(
+    container: Mapping[str, Any] | list[Any] | tuple[Any, ...], key: str, found: set[str]
+) -> None:
+    """Add the secrets nested in ``container`` (found under ``key``) to ``found``: each string
+    under a credential-like key of a mapping, each token-looking string, the ``value`` of each
+    mapping under an ``env`` key. One frame per level of nesting."""
+    if is_mapping(container):
+        pairs: Iterable[tuple[str, Any, bool]] = ((str(k), v, True) for k, v in container.items())
+    else:
+        pairs = ((key, item, False) for item in container)
+    for name, value, in_mapping in pairs:
+        if isinstance(value, str):
+            if len(value) >= _MIN_SCRUB_LEN and ((in_mapping and _secret_key(name)) or _secret_value(value)):
+                found.update(_with_parts(value))
+        elif is_mapping(value):
+            if name == "env":
+                literal = value.get("value")
+                if isinstance(literal, str) and len(literal) >= _MIN_SCRUB_LEN:
+                    found.update(_with_parts(literal))
+            _collect_secrets(value, name, found)
+        elif isinstance(value, list | tuple):
+            _collect_secrets(value, name, found)
+
+
+def _longest_first(literals: Iterable[str]) -> tuple[str, ...]:
     # Longest first, so that a whole value goes before the parts it contains.
-    for literal in sorted(literals, key=len, reverse=True):
+    return tuple(sorted(literals, key=len, reverse=True))
+
+
+def _scrub_text(text: str, ordered: tuple[str, ...]) -> str:
+    for literal in ordered:
         if literal in text:
             text = text.replace(literal, REDACTED)
-    return _SECRET_VALUE.sub(REDACTED, text)
+    return _scrub_tokens(text)
 
 
 def _redact_env_var(item: Any) -> Any:
-    if isinstance(item, Mapping):
-        out = {k: redact(v) for k, v in item.items() if k != "value"}
+    if is_mapping(item):
+        out = {k: _redact(v, (), "") for k, v in item.items() if k != "value"}
         if "value" in item:
             out["value"] = REDACTED
         return out
     return REDACTED
 
 
-def redact(value: Any, literals: frozenset[str] = frozenset(), *, key: str = "") -> Any:
+def redact(value: Any, literals: Iterable[str] = frozenset(), *, key: str = "") -> Any:
     """A copy of ``value`` without secrets.
 
     * ``env`` lists keep each variable's ``name`` and ``valueFrom`` reference; ``value`` becomes
@@ -138,21 +182,26 @@ def redact(value: Any, literals: frozenset[str] = frozenset(), *, key: str = "")
     * every string has the ``literals`` (see :func:`secret_values`) and token-like substrings
       replaced.
     """
-    if isinstance(value, Mapping):
+    return _redact(value, _longest_first(literals), key)
+
+
+def _redact(value: Any, ordered: tuple[str, ...], key: str) -> Any:
+    """:func:`redact` with the literals longest first (sorted once per record)."""
+    if isinstance(value, str):
+        return _scrub_text(value, ordered) if value else value
+    if is_mapping(value):
         out: dict[str, Any] = {}
         for k, v in value.items():
             name = str(k)
             if name == "env" and isinstance(v, list | tuple):
                 out[name] = [_redact_env_var(item) for item in v]
-            elif isinstance(v, str) and _SECRET_KEY.search(name) and name not in _SAFE_KEYS:
+            elif isinstance(v, str) and name not in _SAFE_KEYS and _secret_key(name):
                 out[name] = REDACTED
             else:
-                out[name] = redact(v, literals, key=name)
+                out[name] = _redact(v, ordered, name)
         return out
     if isinstance(value, list | tuple):
-        return [redact(item, literals, key=key) for item in value]
-    if isinstance(value, str):
-        return _scrub_text(value, literals) if value else value
+        return [_redact(item, ordered, key) for item in value]
     return value
 
 
@@ -162,12 +211,12 @@ _SAFE_KEYS = frozenset({"op", "path", "from", "authority"})
 _ENV_POINTER = re.compile(r"/env(/|$)")
 
 
-def _redact_patch(patch: Iterable[Mapping[str, Any]], literals: frozenset[str]) -> list[dict[str, Any]]:
+def _redact_patch(patch: Iterable[Mapping[str, Any]], ordered: tuple[str, ...]) -> list[dict[str, Any]]:
     """JSONPatch operations with values that set env redacted (the operation and path stay)."""
     out: list[dict[str, Any]] = []
     for op in patch:
         item = {k: v for k, v in op.items() if k != "value"}
-        item = redact(item, literals)
+        item = _redact(item, ordered, "")
         if "value" in op:
             path = str(op.get("path", ""))
             value = op["value"]
@@ -180,7 +229,7 @@ def _redact_patch(patch: Iterable[Mapping[str, Any]], literals: frozenset[str]) 
                 else:
                     item["value"] = _redact_env_var(value)
             else:
-                item["value"] = redact(value, literals, key=path.rsplit("/", 1)[-1])
+                item["value"] = _redact(value, ordered, path.rsplit("/", 1)[-1])
         out.append(item)
     return out
 
@@ -201,7 +250,7 @@ def record_from_decision(
     """
     if stage not in ("mutate", "validate"):
         raise ValueError(f"an admission record has stage mutate or validate, not {stage!r}")
-    literals = secret_values(request.obj, request.old_obj)
+    literals = _longest_first(secret_values(request.obj, request.old_obj))
     entry: dict[str, Any] = {
         "source": source,
         "stage": stage,
@@ -228,7 +277,7 @@ def record_from_decision(
         "demand": decision.demand.to_dict() if decision.demand else None,
     }
     patch = entry.pop("patch")
-    safe: dict[str, Any] = redact(entry, literals)
+    safe: dict[str, Any] = _redact(entry, literals, "")
     safe["patch"] = patch
     # Identities from the API server are kept exactly: a literal that happens to equal a name
     # must not blank out who did what to which object.
