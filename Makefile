@@ -22,7 +22,7 @@ COMPILED_INPUTS := $(shell find src policies quotas rbac networkpolicies templat
   -type f -not -name '*.pyc' -not -name '*.so' 2>/dev/null)
 COMPILED_TESTS ?= tests/policy tests/trainjob tests/admission/test_examples.py \
   tests/admission/test_review.py tests/admission/test_fuzz.py tests/admission/test_server.py \
-  tests/test_catalogue.py tests/test_build.py
+  tests/test_catalogue.py tests/test_build.py tests/audit/test_records.py
 
 .PHONY: all demo test test-compiled compiled lint format docs lock system-deps venv clean help report-screenshot
 

@@ -20,6 +20,7 @@ COMPILED = (
     "mpigate.catalogue",
     "mpigate.admission.review",
     "mpigate.admission.logjson",
+    "mpigate.audit.records",
 )
 
 
