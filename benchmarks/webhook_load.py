@@ -315,7 +315,9 @@ def start_baseline(
 
 def start_mpigate(
     tmp: Path, cert: Path, key: Path, audit: bool, workers: int = 1, python: str = sys.executable
-) -> tuple[subprocess.Popen[bytes], int]:
+) -> tuple[subprocess.Popen[bytes], int, bool | None]:
+    """``mpigate serve``; returns the process, its port and whether its build is compiled (from
+    its ``starting`` record; None when it does not say)."""
     log_path = tmp / f"mpigate{'-audit' if audit else ''}.log"
     args = [
         python, "-m", "mpigate", "serve", "--config", str(REPO), "--tls-cert", str(cert),
@@ -331,9 +333,11 @@ def start_mpigate(
     end = time.monotonic() + 30
     while time.monotonic() < end:
         text = log_path.read_text(errors="replace")
-        for line in text.splitlines():
-            if '"event":"listening"' in line:
-                return proc, int(json.loads(line)["port"])
+        records = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        for record in records:
+            if record.get("event") == "listening":
+                built = [r["compiled"] for r in records if r.get("event") == "starting" and "compiled" in r]
+                return proc, int(record["port"]), bool(built[0]) if built else None
         if proc.poll() is not None:
             raise RuntimeError(f"mpigate exited with {proc.returncode}: {text[-2000:]}")
         time.sleep(0.05)
@@ -362,6 +366,7 @@ def main() -> None:
     ca = str(issued.ca_cert)
     results: dict[str, list[dict[str, Any]]] = {}
     requests: list[bytes] | None = None
+    builds: dict[str, str] = {}  # the mpigate build each mpigate target ran (from its startup log)
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; {args.seconds:g} s per level "
           f"after {args.warmup:g} s warm-up; {args.client_procs} client processes; "
           f"mpigate serve --workers {args.workers}; servers run by {args.python}")  # fmt: skip
@@ -375,7 +380,7 @@ def main() -> None:
                 extra = [p for p, _ in procs[1:]]
             else:
                 extra = []
-                proc, port = start_mpigate(
+                proc, port, compiled = start_mpigate(
                     tmp,
                     issued.tls_cert,
                     issued.tls_key,
@@ -383,10 +388,12 @@ def main() -> None:
                     workers=args.workers,
                     python=args.python,
                 )
+                if compiled is not None and target not in builds:
+                    builds[target] = "compiled" if compiled else "pure Python"
             try:
                 if requests is None:
                     if target in ("noop", "shell"):  # the pairs are prepared through mpigate itself
-                        helper, hport = start_mpigate(tmp, issued.tls_cert, issued.tls_key, audit=False)
+                        helper, hport, _ = start_mpigate(tmp, issued.tls_cert, issued.tls_key, audit=False)
                         requests = prepare_requests(f"https://localhost:{hport}", ca)
                         helper.send_signal(signal.SIGTERM)
                         helper.wait(30)
@@ -416,6 +423,8 @@ def main() -> None:
             print(f"{target:<14} {row['concurrency']:>4} {figures} {row['errors']:>7} {row['cpu_us']:>18.0f}")
             if row["first_error"]:
                 print(f"{'':<14} first error: {row['first_error']}")
+    if builds:
+        print("mpigate build: " + ", ".join(f"{target} {build}" for target, build in builds.items()))
     averages = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"load average after the run: {averages} (other processes share the CPUs: compare runs at low load)"
