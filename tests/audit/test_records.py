@@ -294,19 +294,24 @@ def test_a_secret_anywhere_in_the_object_never_reaches_the_record(
     assert entry["object"]["name"] == "leaky-credentials"  # identities are kept exactly
 
 
-def test_long_values_are_checked_every_time_and_never_held_by_a_cache() -> None:
+def test_the_memos_hold_no_secret_and_nothing_long() -> None:
+    """The pattern checks' memo keeps only short strings that hold no token (what the record itself
+    writes out): never a token-like string, an env value or a long text."""
     from mpigate.audit import records
 
-    records._scrub_tokens_memo.cache_clear()
-    records._secret_value_memo.cache_clear()
+    records._PLAIN.clear()
+    entry = record_from_decision(leaky_decision(), admission(trainjob()), "validate", "webhook")
+    assert entry["decision"] == "denied"
+    assert records._PLAIN, "the object's plain strings are memoized"
+    for secret in SECRETS:
+        assert not any(secret in text for text in records._PLAIN), secret
     token = "ghp_" + "a" * 30
-    long_text = "x " * 5000 + token
-    assert redact({"notes": long_text})["notes"].endswith(REDACTED)
-    assert token in records.secret_values({"notes": long_text}) or long_text in records.secret_values(
-        {"notes": long_text}
-    )
-    # nothing of that size was memoized; a short one is
-    assert records._scrub_tokens_memo.cache_info().currsize == 0
-    assert records._secret_value_memo.cache_info().currsize == 0
-    assert redact({"notes": token})["notes"] == REDACTED
-    assert records._scrub_tokens_memo.cache_info().currsize == 1
+    long_plain = "x " * 500
+    assert redact({"notes": long_plain + token})["notes"] == long_plain + REDACTED
+    assert redact({"notes": long_plain})["notes"] == long_plain
+    assert long_plain not in records._PLAIN and long_plain + token not in records._PLAIN
+    assert redact({"notes": "short and plain"})["notes"] == "short and plain"
+    assert "short and plain" in records._PLAIN
+    # memoized or not, a string is judged the same
+    assert redact({"notes": "short and plain"})["notes"] == "short and plain"
+    assert redact({"notes": token})["notes"] == REDACTED and token not in records._PLAIN

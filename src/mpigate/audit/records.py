@@ -60,13 +60,17 @@ _SECRET_VALUE = re.compile(
 )
 # Literal secrets shorter than this are not scrubbed from free text (too many false hits).
 _MIN_SCRUB_LEN = 4
-# Keys and strings up to this length have their pattern checks memoized: a record walks the whole
-# object, whose keys and most values (images, commands, names) repeat from request to request.
-# Longer ones (free text, hostile values) are checked every time and never held by a cache.
+# Pattern checks are memoized for keys and for strings that turned out to hold no token, up to
+# this length: a record walks the whole object, whose keys and most values (images, commands,
+# names) repeat from request to request. A string that matches a pattern, an env value and
+# anything longer are checked every time and never held in memory: the memos keep only what the
+# audit record itself would write out.
 _MEMO_MAX_LEN = 256
+_MEMO_SIZE = 4096
+_PLAIN: set[str] = set()  # strings known to hold nothing _SECRET_VALUE matches
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=_MEMO_SIZE)
 def _secret_key_memo(key: str) -> bool:
     return _SECRET_KEY.search(key) is not None
 
@@ -76,25 +80,31 @@ def _secret_key(key: str) -> bool:
     return _secret_key_memo(key) if len(key) <= _MEMO_MAX_LEN else _SECRET_KEY.search(key) is not None
 
 
-@lru_cache(maxsize=4096)
-def _secret_value_memo(value: str) -> bool:
-    return _SECRET_VALUE.search(value) is not None
+def _remember_plain(text: str) -> None:
+    if len(text) <= _MEMO_MAX_LEN:
+        if len(_PLAIN) >= _MEMO_SIZE:
+            _PLAIN.clear()
+        _PLAIN.add(text)
 
 
 def _secret_value(value: str) -> bool:
     """Whether a string looks like a credential whatever key carries it."""
-    if len(value) <= _MEMO_MAX_LEN:
-        return _secret_value_memo(value)
-    return _SECRET_VALUE.search(value) is not None
-
-
-@lru_cache(maxsize=4096)
-def _scrub_tokens_memo(text: str) -> str:
-    return _SECRET_VALUE.sub(REDACTED, text)
+    if value in _PLAIN:
+        return False
+    if _SECRET_VALUE.search(value) is not None:
+        return True
+    _remember_plain(value)
+    return False
 
 
 def _scrub_tokens(text: str) -> str:
-    return _scrub_tokens_memo(text) if len(text) <= _MEMO_MAX_LEN else _SECRET_VALUE.sub(REDACTED, text)
+    """``text`` with every token-like substring replaced."""
+    if text in _PLAIN:
+        return text
+    scrubbed = _SECRET_VALUE.sub(REDACTED, text)
+    if scrubbed == text:
+        _remember_plain(text)
+    return scrubbed
 
 
 # ``password=...``, ``token: ...`` inside a larger value (connection strings, command lines).
@@ -134,12 +144,16 @@ def _collect_secrets(
     """Add the secrets nested in ``container`` (found under ``key``) to ``found``: each string
     under a credential-like key of a mapping, each token-looking string, the ``value`` of each
     mapping under an ``env`` key. One frame per level of nesting."""
+    env_var = False
     if is_mapping(container):
         pairs: Iterable[tuple[str, Any, bool]] = ((str(k), v, True) for k, v in container.items())
+        env_var = key == "env"
     else:
         pairs = ((key, item, False) for item in container)
     for name, value, in_mapping in pairs:
         if isinstance(value, str):
+            if env_var and name == "value":
+                continue  # the env var's literal: collected with its parts by the caller
             if len(value) >= _MIN_SCRUB_LEN and ((in_mapping and _secret_key(name)) or _secret_value(value)):
                 found.update(_with_parts(value))
         elif is_mapping(value):
