@@ -252,6 +252,63 @@ def test_async_api_concurrent_appends(tmp_path, keyring):
     assert report.ok and report.records == 52
 
 
+def test_async_appends_of_one_commit_wake_the_loop_once(tmp_path, keyring):
+    """The writer completes a commit's records together; the loop is woken once for all of them,
+    not once per record (each wake costs the writer a round trip for the GIL)."""
+
+    async def main() -> tuple[list[int], int]:
+        log = await AsyncAuditLog.open(tmp_path / "audit", chain="aio", signer=HmacSigner(HMAC_SECRET))
+        loop = asyncio.get_running_loop()
+        wakes = [0]
+        wake = loop.call_soon_threadsafe
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            wakes[0] += 1
+            return wake(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        async with log:
+            with log.log._cond:  # the writer waits here: all 50 are queued before it takes any
+                tasks = [asyncio.ensure_future(log.append(entry(i))) for i in range(50)]
+                await asyncio.sleep(0)
+            written = await asyncio.gather(*tasks)
+        loop.call_soon_threadsafe = wake  # type: ignore[method-assign]
+        return sorted(w.seq for w in written), wakes[0]
+
+    seqs, wakes = asyncio.run(main())
+    assert seqs == list(range(2, 52))
+    assert 1 <= wakes <= 2, wakes  # one commit; at most one more if the loop delivered mid-way
+    assert verify_chain(tmp_path / "audit" / "aio", keyring).ok
+
+
+def test_a_cancelled_async_append_is_dropped_when_not_yet_taken(tmp_path, keyring):
+    """Cancelling the waiting task before the writer took its record drops the record (no answer
+    was given); the others are written and delivered, and the chain stays intact."""
+
+    async def main() -> list[int]:
+        log = await AsyncAuditLog.open(tmp_path / "audit", chain="aio", signer=HmacSigner(HMAC_SECRET))
+        async with log:
+            with log.log._cond:
+                tasks = [asyncio.ensure_future(log.append(entry(i))) for i in range(5)]
+                await asyncio.sleep(0)
+                tasks[2].cancel()
+                await asyncio.sleep(0)
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(results[2], asyncio.CancelledError)
+        return [r.seq for r in results if not isinstance(r, BaseException)]
+
+    assert asyncio.run(main()) == [2, 3, 4, 5]
+    report = verify_chain(tmp_path / "audit" / "aio", keyring)
+    assert report.ok and report.records == 6  # genesis, the four, the shutdown checkpoint
+    lines = (tmp_path / "audit" / "aio").glob("*.jsonl")
+    names = [
+        json.loads(line).get("object", {}).get("name")
+        for path in lines
+        for line in path.read_text().splitlines()
+    ]
+    assert [n for n in names if n] == ["job-0", "job-1", "job-3", "job-4"]
+
+
 def test_ed25519_checkpoints_verify_with_the_public_key_only(tmp_path, ed25519_files):
     from mpigate.audit import KeyRing, load_signer
 
