@@ -333,11 +333,12 @@ def start_mpigate(
     end = time.monotonic() + 30
     while time.monotonic() < end:
         text = log_path.read_text(errors="replace")
-        records = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-        for record in records:
-            if record.get("event") == "listening":
-                built = [r["compiled"] for r in records if r.get("event") == "starting" and "compiled" in r]
-                return proc, int(record["port"]), bool(built[0]) if built else None
+        lines = text.splitlines()
+        for line in lines:
+            if '"event":"listening"' in line:
+                starting = [json.loads(s) for s in lines if '"event":"starting"' in s]
+                compiled = starting[0].get("compiled") if starting else None
+                return proc, int(json.loads(line)["port"]), compiled
         if proc.poll() is not None:
             raise RuntimeError(f"mpigate exited with {proc.returncode}: {text[-2000:]}")
         time.sleep(0.05)

@@ -986,7 +986,7 @@ class AsyncAuditLog:
 
     def __init__(self, log: AuditLog) -> None:
         self.log = log
-        self._deliveries: dict[asyncio.AbstractEventLoop, _Deliveries] = {}
+        self._deliveries: _Deliveries | None = None
 
     @classmethod
     async def open(cls, directory: str | Path, **kwargs: Any) -> AsyncAuditLog:
@@ -1009,11 +1009,10 @@ class AsyncAuditLog:
         yet, and written otherwise — either way no answer was given, so no decision goes
         unrecorded."""
         loop = asyncio.get_running_loop()
-        deliveries = self._deliveries.get(loop)
-        if deliveries is None:
-            # one loop in a server; drop the ones a test or a CLI closed
-            self._deliveries = {lp: d for lp, d in self._deliveries.items() if not lp.is_closed()}
-            deliveries = self._deliveries[loop] = _Deliveries(loop)
+        deliveries = self._deliveries
+        if deliveries is None or deliveries.loop is not loop:
+            # appends still waiting on another loop keep the deliveries they were watched with
+            deliveries = self._deliveries = _Deliveries(loop)
         source = self.log.submit(entry)
         target: asyncio.Future[WrittenRecord] = loop.create_future()
         deliveries.watch(source, target)

@@ -248,11 +248,12 @@ def serve_command(
     """
     _configure_logging(log_format, log_level)
     # which build serves (docs/building.md): the mypyc-compiled engine or its pure-Python fallback
+    built = compiled()
     log.info(
         "mpigate %s starting (compiled: %s)",
         __version__,
-        "yes" if compiled() else "no",
-        extra=fields(event="starting", version=__version__, compiled=compiled()),
+        "yes" if built else "no",
+        extra=fields(event="starting", version=__version__, compiled=built),
     )
     if insecure_dev:
         if host == "0.0.0.0":
