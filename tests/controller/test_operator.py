@@ -183,6 +183,12 @@ async def test_metrics_endpoint_serves_the_controller_metrics(
 ) -> None:
     await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
     await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"))
+    # The policy is visible in the API a moment before the reconcile that made it returns and
+    # counts itself: wait for the count, then check that the endpoint exposes it.
+    await wait_for(
+        lambda: controller.metric(RECONCILES, kind="networkpolicy", result="created") == 1,
+        what="the reconcile to be counted",
+    )
     port = await controller.port
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{port}/metrics") as resp:
