@@ -112,6 +112,56 @@ def test_init_adds_a_team(runner: CliRunner, tmp_path: Path) -> None:
     assert clash.exit_code == 1 and "already belongs to team 'ml-team'" in clash.output
 
 
+def test_init_team_in_another_region_guides_the_admin(runner: CliRunner, tmp_path: Path) -> None:
+    target = tmp_path / "org"
+    assert runner.invoke(cli, ["init", str(target)]).exit_code == 0
+    unknown = runner.invoke(cli, ["init", str(target), "--team", "cv-team", "--region", "us"])
+    assert unknown.exit_code == 1
+    assert "region 'us' is not defined (known: eu)" in unknown.output
+    assert "policies/org.yaml" in unknown.output
+    org = target / "policies" / "org.yaml"
+    text = org.read_text()
+    org.write_text(
+        text.replace(
+            "  dataClassifications:",
+            "    us:\n      nodeLabels: {topology.kubernetes.io/region: us-east-1}\n"
+            '      dataLocations: ["s3://example-us-"]\n  dataClassifications:',
+        )
+    )
+    no_flavor = runner.invoke(cli, ["init", str(target), "--team", "cv-team", "--region", "us"])
+    assert no_flavor.exit_code == 1
+    assert "region 'us' has no GPU flavor" in no_flavor.output
+    assert "a100-us: {region: us" in no_flavor.output
+    assert not (target / "quotas" / "cv-team.yaml").exists()  # nothing half-written
+    flavors = target / "quotas" / "flavors.yaml"
+    flavors.write_text(
+        flavors.read_text().replace(
+            "  cohorts:", "    a100-us: {region: us, gpu: nvidia.com/gpu, gpusPerNode: 8}\n  cohorts:"
+        )
+    )
+    added = runner.invoke(cli, ["init", str(target), "--team", "cv-team", "--region", "us"])
+    assert added.exit_code == 0, added.output
+    config = check_tree(target).config
+    assert config is not None
+    assert [q.flavor for q in config.teams["cv-team"].gpus.values()] == ["a100-us"]
+    tested = runner.invoke(cli, ["test", str(target)])
+    assert tested.exit_code == 0, tested.output
+
+
+def test_check_warns_about_a_team_without_gpu_quota(runner: CliRunner, tmp_path: Path) -> None:
+    target = tmp_path / "org"
+    assert runner.invoke(cli, ["init", str(target)]).exit_code == 0
+    quota = target / "quotas" / "ml-team.yaml"
+    lines = quota.read_text().splitlines()
+    start = lines.index("  gpus:")
+    quota.write_text("\n".join([*lines[:start], "  gpus: {}", *lines[start + 2 :]]) + "\n")
+    result = runner.invoke(cli, ["check", str(target)])
+    assert result.exit_code == 0, result.output
+    assert "spec.gpus: the team has no GPU quota" in result.output
+    assert "a100-eu: {nominal: 8" in result.output
+    assert runner.invoke(cli, ["check", str(target), "--strict"]).exit_code == 1
+
+
 def test_init_refuses_to_overwrite(runner: CliRunner, tmp_path: Path) -> None:
     target = tmp_path / "org"
     assert runner.invoke(cli, ["init", str(target)]).exit_code == 0

@@ -152,12 +152,25 @@ def add_team(
             raise ScaffoldError(f"namespace {namespace!r} already belongs to team {owner.name!r}")
         region = region or next(iter(config.org.regions))
         if region not in config.org.regions:
-            raise ScaffoldError(f"region {region!r} is not defined; known: {', '.join(config.org.regions)}")
-        in_region = [f.name for f in config.flavors.values() if f.region == region]
+            raise ScaffoldError(
+                f"region {region!r} is not defined (known: {', '.join(config.org.regions)}); add it "
+                f"under spec.regions in {config.org.source.file} and give it a GPU flavor in "
+                "spec.flavors of the GPUFlavors file, then run this again"
+            )
+        in_region = [f.name for f in config.flavors.values() if f.region == region and f.gpus_per_node]
         if flavor is None:
-            flavor = in_region[0] if in_region else None
+            if not in_region:
+                raise ScaffoldError(
+                    f"region {region!r} has no GPU flavor, so the team would get no GPU quota; add "
+                    f"one to spec.flavors of the GPUFlavors file (e.g. `a100-{region}: {{region: "
+                    f"{region}, gpu: nvidia.com/gpu, gpusPerNode: 8}}`), then run this again"
+                )
+            flavor = in_region[0]
         elif flavor not in in_region:
-            raise ScaffoldError(f"flavor {flavor!r} is not a GPU flavor of region {region!r}")
+            raise ScaffoldError(
+                f"flavor {flavor!r} is not a GPU flavor of region {region!r}"
+                + (f" (known: {', '.join(in_region)})" if in_region else "")
+            )
         cohort = config.cohorts[0] if config.cohorts else None
         priority_classes = list(config.org.priority_classes)[:1]
         personas = [p for p in personas if p in config.personas] or list(config.personas)[:1]

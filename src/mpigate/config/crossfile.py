@@ -327,7 +327,7 @@ def _check_flavors(c: _Collector, tree: _Tree) -> None:
 
 def _check_quotas(c: _Collector, tree: _Tree) -> None:
     _check_unique(c, tree.quotas, _name, "team", ["metadata", "name"])
-    claimed: dict[str, tuple[str, Entry]] = {}
+    owners = _namespace_owners(tree.valid_quotas)
     nominal_by_flavor: dict[str, list[tuple[Entry, int]]] = {}
     flavors = tree.flavors
     for entry in tree.valid_quotas:
@@ -342,17 +342,16 @@ def _check_quotas(c: _Collector, tree: _Tree) -> None:
                     "value.system-namespace",
                     "teams may not claim cluster or mpigate namespaces",
                 )
-            if ns in claimed and claimed[ns][0] != team:
-                other, other_entry = claimed[ns]
+            other, other_entry, j = owners[ns]
+            if other != team:
+                where = other_entry.doc.locate(("spec", "namespaces", j))
                 c.error(
                     entry,
                     ["spec", "namespaces", i],
-                    f"namespace {ns!r} is already claimed by team {other!r} ({_where(other_entry)})",
+                    f"namespace {ns!r} is already claimed by team {other!r} ({where})",
                     "conflict.namespace",
-                    "a namespace belongs to exactly one team",
+                    "a namespace belongs to exactly one team; remove it here or there",
                 )
-            else:
-                claimed.setdefault(ns, (team, entry))
         c.ref(
             entry,
             ["spec", "region"],
@@ -372,6 +371,20 @@ def _check_quotas(c: _Collector, tree: _Tree) -> None:
             )
         for flavor_name, quota in spec["gpus"].items():
             _check_gpu_quota(c, entry, spec, flavor_name, quota, flavors, nominal_by_flavor)
+        if not spec["gpus"] and spec["region"] in (tree.regions or ()):
+            in_region = sorted(
+                name for name, f in (flavors or {}).items() if f.get("region") == spec["region"]
+            )
+            example = in_region[0] if in_region else f"a100-{spec['region']}"
+            c.warning(
+                entry,
+                ["spec", "gpus"],
+                "the team has no GPU quota: every TrainJob that asks for GPUs will be denied (MPG-Q001)",
+                "value.no-gpu-quota",
+                f"add a flavor of region {spec['region']!r}, e.g. "
+                f"`gpus: {{{example}: {{nominal: 8, borrowingLimit: 0}}}}`"
+                + ("" if in_region else " (and define it in GPUFlavors)"),
+            )
         if spec.get("maxStoredJobs", spec["maxConcurrentJobs"]) < spec["maxConcurrentJobs"]:
             c.error(
                 entry,
@@ -426,6 +439,17 @@ def _check_quotas(c: _Collector, tree: _Tree) -> None:
                 "capacity.flavor",
                 "lower nominal quotas or raise capacity",
             )
+
+
+def _namespace_owners(quotas: Sequence[Entry]) -> dict[str, tuple[str, Entry, int]]:
+    """Which team a namespace belongs to when several claim it: the team named like the namespace
+    (``nlp-team`` owns namespace ``nlp-team``), else the first claim in file order. The others get
+    the error, so adding ``nlp-team`` to cv-team's list blames cv-team's file, not nlp-team's."""
+    claims: dict[str, list[tuple[str, Entry, int]]] = {}
+    for entry in quotas:
+        for i, ns in enumerate(entry.data["spec"]["namespaces"]):
+            claims.setdefault(ns, []).append((entry.data["metadata"]["name"], entry, i))
+    return {ns: next((claim for claim in found if claim[0] == ns), found[0]) for ns, found in claims.items()}
 
 
 def _check_gpu_quota(
@@ -575,7 +599,8 @@ def _check_access(c: _Collector, tree: _Tree, access: list[Entry]) -> None:
                 ["metadata", "name"],
                 f"team {name!r} has no TeamAccess: nobody can submit its jobs",
                 "missing.access",
-                f"add rbac/{name}.yaml (`mpigate init --team {name}`)",
+                f"add a TeamAccess with `spec.team: {name}` (e.g. rbac/{name}.yaml; "
+                "`mpigate schema TeamAccess` shows the fields)",
             )
 
 
