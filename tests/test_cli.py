@@ -178,6 +178,28 @@ def test_init_example_copies_the_example_org(runner: CliRunner, tmp_path: Path) 
     assert (target / "examples" / "trainjobs" / "llm-finetune.yaml").is_file()
 
 
+def test_init_install_base_writes_the_kustomize_base(runner: CliRunner, tmp_path: Path) -> None:
+    target = tmp_path / "org"
+    assert runner.invoke(cli, ["init", str(target)]).exit_code == 0
+    result = runner.invoke(cli, ["init", str(target), "--install-base"])
+    assert result.exit_code == 0, result.output
+    shipped = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "webhooks").rglob("*") if p.is_file())
+    written = sorted(
+        p.relative_to(target).as_posix() for p in (target / "webhooks").rglob("*") if p.is_file()
+    )
+    assert written == shipped and "webhooks/base/webhookconfigurations.yaml" in written
+    assert (target / "webhooks" / "kustomization.yaml").read_text() == (
+        REPO / "webhooks" / "kustomization.yaml"
+    ).read_text()
+    assert check_tree(target).problems == ()  # webhooks/ is not read as config
+    again = runner.invoke(cli, ["init", str(target), "--install-base"])
+    assert again.exit_code == 1 and "already exists (use --force to overwrite)" in again.output
+    fresh = tmp_path / "demo"
+    both = runner.invoke(cli, ["init", str(fresh), "--example", "--install-base"])
+    assert both.exit_code == 0, both.output
+    assert (fresh / "webhooks" / "base" / "webhook.yaml").is_file()
+
+
 def test_schema_command(runner: CliRunner) -> None:
     listed = runner.invoke(cli, ["schema", "--list"])
     assert listed.output.split() == list(KINDS)

@@ -14,7 +14,7 @@ import jinja2
 from ._resources import data_path
 from .config import check_tree
 
-__all__ = ["ScaffoldError", "add_team", "copy_example", "init_tree"]
+__all__ = ["ScaffoldError", "Written", "add_team", "copy_example", "copy_install_base", "init_tree"]
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _EXAMPLE_REGISTRY = "registry.acme.internal"
@@ -204,17 +204,28 @@ def add_team(
     return Written(tuple(written))
 
 
+def _copy_folders(directory: Path, folders: tuple[str, ...], force: bool) -> Written:
+    sources = [
+        (path, directory / folder / path.relative_to(data_path(folder)))
+        for folder in folders
+        for path in sorted(data_path(folder).rglob("*"))
+        if path.is_file()
+    ]
+    clashes = [target for _, target in sources if target.exists()]
+    if clashes and not force:  # refuse before writing anything
+        raise ScaffoldError(f"{clashes[0]} already exists (use --force to overwrite)")
+    for source, target in sources:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    return Written(tuple(target for _, target in sources))
+
+
 def copy_example(directory: Path, *, force: bool = False) -> Written:
     """Copy the bundled example org (three teams, runtimes, exceptions, tests, example jobs)."""
-    written = []
-    for folder in EXAMPLE_FOLDERS:
-        source = data_path(folder)
-        for path in sorted(source.rglob("*")):
-            if path.is_file():
-                target = directory / folder / path.relative_to(source)
-                if target.exists() and not force:
-                    raise ScaffoldError(f"{target} already exists (use --force to overwrite)")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target)
-                written.append(target)
-    return Written(tuple(written))
+    return _copy_folders(directory, EXAMPLE_FOLDERS, force)
+
+
+def copy_install_base(directory: Path, *, force: bool = False) -> Written:
+    """Copy the kustomize install base for the webhook and controller to ``directory/webhooks``
+    (`kubectl apply -k DIR/webhooks` with cert-manager, `DIR/webhooks/base` without)."""
+    return _copy_folders(directory, ("webhooks",), force)

@@ -149,10 +149,59 @@ def test_review_exits_2_when_the_webhook_cannot_be_reached(tmp_path: Path) -> No
     assert "cannot reach the webhook" in result.stdout
 
 
+def test_review_explains_a_certificate_it_cannot_trust(tmp_path: Path) -> None:
+    service_only = tmp_path / "svc"
+    assert CliRunner().invoke(cli, ["certs", "--out", str(service_only)]).exit_code == 0
+    local = tmp_path / "local"
+    issued = CliRunner().invoke(cli, ["certs", "--out", str(local), "--extra-name", "127.0.0.1"])
+    assert issued.exit_code == 0, issued.output
+    job = str(REPO / "examples" / "trainjobs" / "minimal.yaml")
+    for certs, ca, expected in (
+        (service_only, ["--ca", str(service_only / "ca.crt")], "`mpigate certs ... --extra-name 127.0.0.1`"),
+        (local, [], "pass --ca with the CA that issued it"),
+        (local, ["--ca", str(local / "ca.crt")], None),
+    ):
+        options = ServeOptions(
+            config=REPO,
+            tls_cert=certs / "tls.crt",
+            tls_key=certs / "tls.key",
+            host="127.0.0.1",
+            port=0,
+            reload_interval=3600,
+        )
+        server = ThreadedWebhook(options)
+        try:
+            result = CliRunner().invoke(cli, ["review", job, "--server", server.server.url, *ca])
+        finally:
+            server.stop()
+        if expected is None:
+            assert result.exit_code == 0, result.output
+        else:
+            assert result.exit_code == 2, result.output
+            assert "TLS verification of the webhook failed" in result.stdout
+            assert expected in result.stdout
+
+
 def test_serve_refuses_to_start_without_tls(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["serve", "--config", str(REPO)])
     assert result.exit_code == 2
     assert "--tls-cert and --tls-key are required (or --insecure-dev for local work)" in result.output
+
+
+def test_serve_says_how_to_make_the_missing_audit_key(tmp_path: Path) -> None:
+    org_key = Path("/etc/mpigate/audit-key/key")  # the example org's spec.audit.signing.keyFile
+    if org_key.exists():
+        pytest.skip(f"{org_key} exists on this machine")
+    certs = tmp_path / "certs"
+    write_cert(trustme.CA(), certs)
+    args = ["serve", "--config", str(REPO), "--tls-cert", str(certs / "tls.crt")]
+    args += ["--tls-key", str(certs / "tls.key"), "--port", "0", "--audit-dir", str(tmp_path / "audit")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert f"spec.audit.signing.keyFile of the OrgPolicy): cannot read key file {org_key}" in result.output
+    assert (
+        "`mpigate audit keygen --method hmac-sha256 KEYFILE` and pass `--audit-key KEYFILE`" in result.output
+    )
 
 
 async def read_until(

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 import trustme
 from cryptography import x509
 
@@ -33,7 +34,7 @@ async def metric(http: aiohttp.ClientSession, url: str, name: str) -> str:
 
 
 async def test_a_valid_change_is_swapped_in_and_an_invalid_one_rejected(
-    start_webhook: StartWebhook, http: aiohttp.ClientSession, org: Path
+    start_webhook: StartWebhook, http: aiohttp.ClientSession, org: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     (org / ".mpigate-revision").write_text("rev-1\n")
     server = await start_webhook(reload_interval=0.05)
@@ -55,6 +56,11 @@ async def test_a_valid_change_is_swapped_in_and_an_invalid_one_rejected(
     failures = "mpigate_config_reload_failures_total"
     await wait_for(lambda: server.store.last_error is not None)
     assert "maxNodesPerJb" in server.store.last_error  # type: ignore[operator]
+    rejected = [r for r in caplog.records if getattr(r, "fields", {}).get("event") == "config_rejected"]
+    assert len(rejected) == 1
+    message = rejected[0].getMessage()
+    assert "quotas/alpha.yaml:" in message and "unknown key 'maxNodesPerJb'" in message
+    assert message.endswith("; still serving rev-2 (`mpigate check` lists every problem)")
     assert await metric(http, server.url, failures) == f"{failures} 1.0"
     assert await validate_revision(http, server.url) == "rev-2"
     async with http.get(server.url + "/readyz") as resp:

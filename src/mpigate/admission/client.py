@@ -110,6 +110,24 @@ def apply_review_patch(obj: Mapping[str, Any], response: Mapping[str, Any]) -> d
     return patched
 
 
+def _certificate_hint(exc: ssl.SSLCertVerificationError, host: str) -> str:
+    """Why the webhook's certificate was refused, and what to do about it."""
+    reason = exc.verify_message or str(exc)
+    if "mismatch" in reason:
+        fix = (
+            f"the serving certificate does not name {host}: issue it with "
+            f"`mpigate certs ... --extra-name {host}`, or use a name it holds "
+            "(`openssl x509 -noout -ext subjectAltName -in tls.crt` lists them)"
+        )
+    elif "issuer" in reason or "self-signed" in reason or "self signed" in reason:
+        fix = "the certificate's CA is not trusted: pass --ca with the CA that issued it (certs/ca.crt)"
+    elif "expired" in reason:
+        fix = "the serving certificate has expired: rotate it with `mpigate certs --out DIR` (the CA is kept)"
+    else:
+        fix = "check --ca and the serving certificate"
+    return f"TLS verification of the webhook failed ({reason}); {fix}"
+
+
 class ReviewClient:
     """POSTs AdmissionReviews to a webhook over HTTPS (keep-alive), as the API server does."""
 
@@ -120,6 +138,7 @@ class ReviewClient:
         if url.scheme not in ("https", "http") or not url.hostname:
             raise ReviewClientError(f"server must be an https:// URL, got {server!r}")
         self.base = url.path.rstrip("/")
+        self._host = url.hostname
         if url.scheme == "https":
             ctx = ssl.create_default_context(cafile=ca_file)
             if insecure:
@@ -142,6 +161,9 @@ class ReviewClient:
             )
             resp = self._conn.getresponse()
             raw = resp.read()
+        except ssl.SSLCertVerificationError as exc:
+            self._conn.close()
+            raise ReviewClientError(_certificate_hint(exc, self._host)) from exc
         except (OSError, http.client.HTTPException) as exc:
             self._conn.close()
             raise ReviewClientError(f"cannot reach the webhook: {exc}") from exc

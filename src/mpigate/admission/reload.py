@@ -124,10 +124,12 @@ class ConfigStore:
         except ConfigError as exc:
             self.last_error = str(exc)
             problems = [str(p) for p in exc.errors]
+            more = len(problems) - 1
             log.error(
-                "config at %s rejected: %d error(s); still serving %s",
+                "config at %s rejected: %s%s; still serving %s (`mpigate check` lists every problem)",
                 self.path,
-                len(problems),
+                problems[0] if problems else "no usable config",
+                f" (and {more} more error{'s' if more > 1 else ''})" if more > 0 else "",
                 self._current.revision if self._current else "nothing",
                 extra=fields(event="config_rejected", errors=problems[:50], path=str(self.path)),
             )

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from mpigate.config import KINDS, check_tree, kind_schema
-from mpigate.scaffold import ScaffoldError, add_team, copy_example, init_tree
+from mpigate.scaffold import ScaffoldError, Written, add_team, copy_example, copy_install_base, init_tree
 
 from ._output import OUTPUT_OPTION, dump, echo_problems
 
@@ -82,6 +82,12 @@ def check_command(path: Path, output: str, strict: bool) -> None:
 @click.option("--region", help="Region of the team (default: eu for a new tree, the first region otherwise).")
 @click.option("--namespace", help="Namespace of a new team (default: the team name).")
 @click.option("--example", is_flag=True, help="Copy the full example org (three teams) instead.")
+@click.option(
+    "--install-base",
+    is_flag=True,
+    help="Also write webhooks/, the kustomize base that installs the webhook and controller "
+    "(alone on an existing tree: write only that).",
+)
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
 def init_command(
     directory: Path,
@@ -90,6 +96,7 @@ def init_command(
     region: str | None,
     namespace: str | None,
     example: bool,
+    install_base: bool,
     force: bool,
 ) -> None:
     """Scaffold a config tree, or add a team to one.
@@ -99,11 +106,15 @@ def init_command(
       mpigate init my-org                    # starter org + team ml-team
       mpigate init my-org --team nlp-team    # add nlp-team to an existing tree
       mpigate init demo --example            # the example org from the docs
+      mpigate init my-org --install-base     # add webhooks/ (`kubectl apply -k my-org/webhooks`)
     """
+    existing = directory.is_dir() and _has_org(directory)
     try:
         if example:
             written = copy_example(directory, force=force)
-        elif team and directory.is_dir() and _has_org(directory):
+        elif install_base and existing and not team:
+            written = Written(())
+        elif team and existing:
             written = add_team(directory, team, namespace=namespace, region=region, force=force)
         else:
             if namespace and namespace != (team or "ml-team"):
@@ -111,6 +122,8 @@ def init_command(
             written = init_tree(
                 directory, org=org, team=team or "ml-team", region=region or "eu", force=force
             )
+        if install_base:
+            written = Written(written.files + copy_install_base(directory, force=force).files)
     except ScaffoldError as exc:
         raise click.ClickException(str(exc)) from None
     for path in written.files:

@@ -129,7 +129,11 @@ async def open_audit(
             signer = load_signer(method, key)
         except AuditKeyError as exc:
             origin = "--audit-key" if key_file else "spec.audit.signing.keyFile of the OrgPolicy"
-            raise AuditKeyError(f"audit signing key ({origin}): {exc}") from exc
+            make = f"mpigate audit keygen --method {method} KEYFILE"
+            raise AuditKeyError(
+                f"audit signing key ({origin}): {exc} (hint: create one with `{make}` and pass "
+                "`--audit-key KEYFILE`; in a cluster it is the mounted Secret, see docs/operations.md)"
+            ) from exc
     options = WriterOptions.from_settings(settings) if settings else WriterOptions()
     audit_log = await AsyncAuditLog.open(
         directory, source="webhook", signer=signer, options=options, metrics=AuditMetrics(metrics.registry)
@@ -424,6 +428,10 @@ def certs_command(
       $ CA_BUNDLE=$(mpigate certs --service mpigate-webhook --namespace mpigate-system --out certs)
       $ kubectl -n mpigate-system create secret tls mpigate-webhook-tls \\
           --cert certs/tls.crt --key certs/tls.key
+
+    \b
+    For a local `mpigate serve` that `mpigate review --server https://127.0.0.1:8443` can trust:
+      $ mpigate certs --out certs --extra-name 127.0.0.1 --extra-name localhost
     """
     try:
         issued = issue_certificates(
