@@ -142,6 +142,33 @@ def test_review_prints_kubectl_style_outcomes(example_webhook: tuple[str, Path])
     assert any(w.startswith("[MPG-IMG-002]") for w in data[0]["warnings"])
 
 
+def test_review_reports_a_file_with_bad_yaml_as_explain_does_and_goes_on(
+    example_webhook: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, ca = example_webhook
+    minimal = REPO / "examples" / "trainjobs" / "minimal.yaml"
+    tabbed = tmp_path / "tabbed.yaml"
+    tabbed.write_text(minimal.read_text(encoding="utf-8").replace("\n  name: ", "\n\tname: "), "utf-8")
+    explained = CliRunner().invoke(cli, ["explain", "--config", str(REPO), str(tabbed)])
+    assert explained.exit_code == 2
+    location = f"{tabbed}:5:1: (document): invalid YAML: found character that cannot start any token"
+    assert location in explained.stderr
+
+    result = CliRunner().invoke(cli, ["review", str(tabbed), str(minimal), "--server", url, "--ca", str(ca)])
+    assert result.exit_code == 2
+    assert location in result.stderr
+    assert "Traceback" not in result.output and "<unicode string>" not in result.output
+    # the batch went on: the valid file behind the broken one was sent and admitted
+    assert result.stdout.startswith("trainjob.trainer.kubeflow.org/minimal created")
+    assert "1 objects: 1 admitted, 0 denied; 1 file not sent (see the errors above)" in result.stderr
+
+    as_json = CliRunner().invoke(
+        cli, ["review", str(tabbed), str(minimal), "--server", url, "--ca", str(ca), "-o", "json"]
+    )
+    assert as_json.exit_code == 2 and location in as_json.stderr
+    assert [d["name"] for d in json.loads(as_json.stdout)] == ["minimal"]
+
+
 def test_review_exits_2_when_the_webhook_cannot_be_reached(tmp_path: Path) -> None:
     job = REPO / "examples" / "trainjobs" / "minimal.yaml"
     result = CliRunner().invoke(cli, ["review", str(job), "--server", "https://127.0.0.1:9", "--insecure"])

@@ -11,11 +11,12 @@ from typing import Any
 import click
 import yaml
 
-from mpigate.config import Config, ConfigError, Document, load, parse_file
+from mpigate.config import Config, ConfigError, Document, load
 from mpigate.policy import AdmissionInput, Decision, LiveContext, UserInfo, apply_patch, evaluate
 from mpigate.policy.engine import RUNTIME_KINDS
 from mpigate.policytest import junit_xml, parse_time, run_suites
 
+from ._inputs import read_objects
 from ._output import OUTPUT_OPTION, dump, echo_problems
 
 __all__ = ["explain_command", "test_command"]
@@ -35,7 +36,7 @@ def _load_config(path: Path) -> Config:
 
 
 def _documents(path: Path) -> list[Document]:
-    documents, problems = parse_file(str(path), display=str(path))
+    documents, problems = read_objects(path)
     if problems:
         echo_problems(problems, err=True)
         sys.exit(2)

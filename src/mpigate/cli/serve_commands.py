@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from mpigate import __version__
 from mpigate._build import compiled
@@ -51,11 +50,12 @@ from mpigate.audit import (
     load_signer,
     record_from_decision,
 )
-from mpigate.config import ConfigError, load, parse_quantity
+from mpigate.config import ConfigError, Severity, load, parse_quantity
 from mpigate.config.model import AuditSettings
 from mpigate.policy.decision import AdmissionInput, Decision, UserInfo
 
-from ._output import OUTPUT_OPTION, dump
+from ._inputs import read_objects
+from ._output import OUTPUT_OPTION, dump, echo_problems
 
 __all__ = ["AuditRecorder", "certs_command", "review_command", "serve_command"]
 
@@ -460,17 +460,9 @@ def certs_command(
     click.echo(issued.ca_bundle)
 
 
-def _documents(paths: tuple[Path, ...]) -> Iterator[tuple[Path, dict[str, Any]]]:
+def _input_files(paths: tuple[Path, ...]) -> Iterator[Path]:
     for path in paths:
-        files = sorted(path.rglob("*.yaml")) if path.is_dir() else [path]
-        for file in files:
-            try:
-                docs = list(yaml.safe_load_all(file.read_text()))
-            except (OSError, yaml.YAMLError) as exc:
-                raise click.BadParameter(f"{file}: {exc}") from exc
-            for doc in docs:
-                if isinstance(doc, dict):
-                    yield file, doc
+        yield from sorted(path.rglob("*.yaml")) if path.is_dir() else [path]
 
 
 @click.command("review")
@@ -510,7 +502,11 @@ def review_command(
       $ mpigate review examples/trainjobs/llm-finetune.yaml --server https://127.0.0.1:8443 --ca certs/ca.crt
       trainjob.trainer.kubeflow.org/llm-finetune created (mpigate: 9 mutations)
 
-    Exit status: 0 all admitted, 1 something was denied, 2 the webhook could not be asked.
+    A file that is not valid YAML is reported as `file:line:col: message` (as `mpigate explain`
+    reports it) and none of its objects are sent; the other files are still reviewed.
+
+    Exit status: 0 all admitted, 1 something was denied, 2 the webhook could not be asked or an
+    input file could not be read (2 wins over 1).
     """
     try:
         client = ReviewClient(server, ca_file=ca_file, insecure=insecure)
@@ -518,26 +514,42 @@ def review_command(
         raise click.BadParameter(str(exc), param_hint="--server") from exc
     who = UserInfo(username=user, groups=(*groups, "system:authenticated"))
     results: list[tuple[Path, ReplayResult]] = []
+    unread = 0
     try:
-        for file, doc in _documents(files):
-            if resource_of(doc) is None:
-                if output == "text":
-                    click.echo(f"{file}: skipping {doc.get('kind', '?')} (not judged by mpigate)", err=True)
+        for file in _input_files(files):
+            documents, problems = read_objects(file)
+            if any(p.severity is Severity.ERROR for p in problems):
+                # As explain does, a file that does not read cleanly is judged not at all (half a
+                # file sent is worse than none); the rest of the batch goes on.
+                echo_problems(problems, err=True)
+                unread += 1
                 continue
-            old = doc if operation in ("UPDATE", "DELETE") else None
-            result = replay(
-                client, doc, operation=operation, old=old, user=who, dry_run=dry_run, namespace=namespace
-            )
-            results.append((file, result))
-            if output == "text":
-                click.echo(format_outcome(result, str(file), webhook=webhook_name))
+            for document in documents:
+                doc = document.data
+                if not isinstance(doc, dict) or resource_of(doc) is None:
+                    if output == "text":
+                        kind = doc.get("kind", "?") if isinstance(doc, dict) else type(doc).__name__
+                        click.echo(
+                            f"{file}:{document.line}: skipping {kind} (not judged by mpigate)", err=True
+                        )
+                    continue
+                old = doc if operation in ("UPDATE", "DELETE") else None
+                result = replay(
+                    client, doc, operation=operation, old=old, user=who, dry_run=dry_run, namespace=namespace
+                )
+                results.append((file, result))
+                if output == "text":
+                    click.echo(format_outcome(result, str(file), webhook=webhook_name))
     finally:
         client.close()
     if output != "text":
         click.echo(dump([{"file": str(f), **r.to_dict()} for f, r in results], output), nl=False)
     else:
-        click.echo(summarize([r for _, r in results]), err=True)
-    if any(r.error for _, r in results):
+        summary = summarize([r for _, r in results])
+        if unread:
+            summary += f"; {unread} file{'s' if unread != 1 else ''} not sent (see the errors above)"
+        click.echo(summary, err=True)
+    if unread or any(r.error for _, r in results):
         sys.exit(2)
     if any(not r.allowed for _, r in results):
         sys.exit(1)
