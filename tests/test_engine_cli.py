@@ -107,6 +107,25 @@ def test_explain_usage_and_input_errors_exit_2(runner: CliRunner, tmp_path: Path
     assert result.exit_code == 2 and "mpigate check" in result.output
 
 
+@pytest.mark.parametrize("text", ["", "# nothing here yet\n", "---\n", "---\n# a comment\n---\n"])
+def test_explain_an_empty_file_says_so_and_exits_2(runner: CliRunner, tmp_path: Path, text: str) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(text, encoding="utf-8")
+    for args in ([str(empty)], [str(empty), "-o", "json"]):
+        result = runner.invoke(cli, ["explain", "--config", str(REPO), *NOW, *args])
+        assert result.exit_code == 2, result.output
+        assert result.stderr == (
+            f"{empty}:1:1: (document): holds no TrainJob or training runtime: the file has no YAML "
+            "document at all (it is empty, or only comments and `---`) (hint: check that this is the "
+            "file you meant)\n"
+        )
+        assert result.stdout == ""
+    # the stored object for UPDATE is read the same way
+    update = ["--operation", "UPDATE", "--old", str(empty)]
+    result = runner.invoke(cli, ["explain", "--config", str(REPO), str(EX / "minimal.yaml"), *update])
+    assert result.exit_code == 2 and f"{empty}:1:1: (document): holds no TrainJob" in result.stderr
+
+
 def test_test_command_passes_on_the_example_org(runner: CliRunner, tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
     result = runner.invoke(cli, ["test", str(REPO), "--junit", str(junit)])

@@ -160,13 +160,30 @@ def test_review_reports_a_file_with_bad_yaml_as_explain_does_and_goes_on(
     assert "Traceback" not in result.output and "<unicode string>" not in result.output
     # the batch went on: the valid file behind the broken one was sent and admitted
     assert result.stdout.startswith("trainjob.trainer.kubeflow.org/minimal created")
-    assert "1 objects: 1 admitted, 0 denied; 1 file not sent (see the errors above)" in result.stderr
+    assert "1 objects: 1 admitted, 0 denied; 1 input not sent (see the errors above)" in result.stderr
 
     as_json = CliRunner().invoke(
         cli, ["review", str(tabbed), str(minimal), "--server", url, "--ca", str(ca), "-o", "json"]
     )
     assert as_json.exit_code == 2 and location in as_json.stderr
     assert [d["name"] for d in json.loads(as_json.stdout)] == ["minimal"]
+
+
+def test_review_reports_empty_inputs_and_goes_on(example_webhook: tuple[str, Path], tmp_path: Path) -> None:
+    url, ca = example_webhook
+    minimal = REPO / "examples" / "trainjobs" / "minimal.yaml"
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# only a comment\n---\n", encoding="utf-8")
+    nothing = tmp_path / "nothing"
+    nothing.mkdir()
+    result = CliRunner().invoke(
+        cli, ["review", str(empty), str(nothing), str(minimal), "--server", url, "--ca", str(ca)]
+    )
+    assert result.exit_code == 2
+    assert f"{empty}:1:1: (document): holds no TrainJob or training runtime" in result.stderr
+    assert f"{nothing}: (directory): no *.yaml files in it; nothing to judge" in result.stderr
+    assert result.stdout.startswith("trainjob.trainer.kubeflow.org/minimal created")
+    assert "1 objects: 1 admitted, 0 denied; 2 inputs not sent (see the errors above)" in result.stderr
 
 
 def test_review_exits_2_when_the_webhook_cannot_be_reached(tmp_path: Path) -> None:

@@ -115,7 +115,8 @@ def explain_command(
       mpigate explain job.yaml --operation UPDATE --old stored.yaml -o json
       mpigate explain job.yaml --active-jobs 5 --gpus-in-use a100-eu=15
 
-    Exit status: 0 every object allowed, 1 any object denied, 2 usage or config error.
+    Exit status: 0 every object allowed, 1 any object denied, 2 usage or config error (also an
+    input file that is not valid YAML or holds no document: it is reported as file:line:col).
     """
     config = _load_config(config_path)
     try:

@@ -50,11 +50,11 @@ from mpigate.audit import (
     load_signer,
     record_from_decision,
 )
-from mpigate.config import ConfigError, Severity, load, parse_quantity
+from mpigate.config import ConfigError, Document, Location, Problem, Severity, load, parse_quantity
 from mpigate.config.model import AuditSettings
 from mpigate.policy.decision import AdmissionInput, Decision, UserInfo
 
-from ._inputs import read_objects
+from ._inputs import EMPTY_INPUT, read_objects
 from ._output import OUTPUT_OPTION, dump, echo_problems
 
 __all__ = ["AuditRecorder", "certs_command", "review_command", "serve_command"]
@@ -460,9 +460,20 @@ def certs_command(
     click.echo(issued.ca_bundle)
 
 
-def _input_files(paths: tuple[Path, ...]) -> Iterator[Path]:
+def _read_inputs(paths: tuple[Path, ...]) -> Iterator[tuple[Path, list[Document], list[Problem]]]:
+    """Each input file (a directory stands for its ``*.yaml`` files) with its documents and problems."""
     for path in paths:
-        yield from sorted(path.rglob("*.yaml")) if path.is_dir() else [path]
+        if not path.is_dir():
+            yield (path, *read_objects(path))
+            continue
+        files = sorted(path.rglob("*.yaml"))
+        if not files:
+            nothing = Problem(
+                Location(str(path)), "(directory)", "no *.yaml files in it; nothing to judge", EMPTY_INPUT
+            )
+            yield path, [], [nothing]
+        for file in files:
+            yield (file, *read_objects(file))
 
 
 @click.command("review")
@@ -502,11 +513,12 @@ def review_command(
       $ mpigate review examples/trainjobs/llm-finetune.yaml --server https://127.0.0.1:8443 --ca certs/ca.crt
       trainjob.trainer.kubeflow.org/llm-finetune created (mpigate: 9 mutations)
 
-    A file that is not valid YAML is reported as `file:line:col: message` (as `mpigate explain`
-    reports it) and none of its objects are sent; the other files are still reviewed.
+    A file that is not valid YAML, or holds no document at all, is reported as
+    `file:line:col: message` (as `mpigate explain` reports it) and none of its objects are sent;
+    the other files are still reviewed.
 
     Exit status: 0 all admitted, 1 something was denied, 2 the webhook could not be asked or an
-    input file could not be read (2 wins over 1).
+    input file could not be read or was empty (2 wins over 1).
     """
     try:
         client = ReviewClient(server, ca_file=ca_file, insecure=insecure)
@@ -516,8 +528,7 @@ def review_command(
     results: list[tuple[Path, ReplayResult]] = []
     unread = 0
     try:
-        for file in _input_files(files):
-            documents, problems = read_objects(file)
+        for file, documents, problems in _read_inputs(files):
             if any(p.severity is Severity.ERROR for p in problems):
                 # As explain does, a file that does not read cleanly is judged not at all (half a
                 # file sent is worse than none); the rest of the batch goes on.
@@ -547,7 +558,7 @@ def review_command(
     else:
         summary = summarize([r for _, r in results])
         if unread:
-            summary += f"; {unread} file{'s' if unread != 1 else ''} not sent (see the errors above)"
+            summary += f"; {unread} input{'s' if unread != 1 else ''} not sent (see the errors above)"
         click.echo(summary, err=True)
     if unread or any(r.error for _, r in results):
         sys.exit(2)
