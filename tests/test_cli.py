@@ -68,6 +68,34 @@ def test_check_missing_path_is_usage_error(runner: CliRunner, tmp_path: Path) ->
     assert "does not exist" in result.output
 
 
+NOT_A_TREE = (
+    "not an mpigate config tree (it holds no OrgPolicy document). Run this inside your config tree "
+    "or pass its path (`mpigate check PATH`); `mpigate init PATH` creates a new one."
+)
+
+
+def test_check_outside_a_tree_says_so_and_keeps_the_details(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(cli, ["check", str(tmp_path)])
+    assert result.exit_code == 1
+    assert f"{tmp_path}: (tree): no OrgPolicy document found" in result.stdout
+    assert f"{tmp_path}: (tree): no GPUFlavors document found" in result.stdout
+    assert f"{tmp_path}: {NOT_A_TREE}\n" in result.stderr
+    assert json.loads(runner.invoke(cli, ["check", str(tmp_path), "-o", "json"]).stdout)["errors"] == 2
+
+
+def test_check_an_incomplete_tree_names_what_is_missing_precisely(runner: CliRunner, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    shutil.copytree(BASE, root)
+    flavors = [f for f in root.rglob("*.yaml") if "kind: GPUFlavors" in f.read_text(encoding="utf-8")]
+    assert flavors
+    for file in flavors:
+        file.unlink()
+    result = runner.invoke(cli, ["check", str(root)])
+    assert result.exit_code == 1
+    assert f"{root}: (tree): no GPUFlavors document found" in result.stdout
+    assert "not an mpigate config tree" not in result.output
+
+
 def test_check_strict_fails_on_warnings(runner: CliRunner, tmp_path: Path) -> None:
     root = tmp_path / "t"
     shutil.copytree(BASE, root)

@@ -104,7 +104,7 @@ def test_explain_usage_and_input_errors_exit_2(runner: CliRunner, tmp_path: Path
     code, out = explain(runner, str(EX / "minimal.yaml"), "--gpus-in-use", "lots")
     assert code == 2 and "FLAVOR=COUNT" in out
     result = runner.invoke(cli, ["explain", "--config", str(tmp_path), str(EX / "minimal.yaml")])
-    assert result.exit_code == 2 and "mpigate check" in result.output
+    assert result.exit_code == 2 and f"{tmp_path}: not an mpigate config tree" in result.output
 
 
 @pytest.mark.parametrize("text", ["", "# nothing here yet\n", "---\n", "---\n# a comment\n---\n"])
@@ -124,6 +124,42 @@ def test_explain_an_empty_file_says_so_and_exits_2(runner: CliRunner, tmp_path: 
     update = ["--operation", "UPDATE", "--old", str(empty)]
     result = runner.invoke(cli, ["explain", "--config", str(REPO), str(EX / "minimal.yaml"), *update])
     assert result.exit_code == 2 and f"{empty}:1:1: (document): holds no TrainJob" in result.stderr
+
+
+def not_a_tree(where: str, point_at: str) -> str:
+    return (
+        f"{where}: not an mpigate config tree (it holds no OrgPolicy document). Run this inside your "
+        f"config tree or {point_at}; `mpigate init PATH` creates a new one.\n"
+    )
+
+
+def test_outside_a_config_tree_explain_and_test_say_so(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(cli, ["explain", str(EX / "minimal.yaml")])
+    assert result.exit_code == 2
+    assert result.stderr == not_a_tree(".", "pass one with --config PATH")
+    result = runner.invoke(cli, ["test"])
+    assert result.exit_code == 2
+    assert result.stderr == not_a_tree(".", "pass its path (`mpigate test PATH`)")
+    # a file in it that does not parse may be the OrgPolicy: shown, not hidden behind the note
+    (tmp_path / "org.yaml").write_text("kind: OrgPolicy\nspec: {x: 1\n", encoding="utf-8")
+    result = runner.invoke(cli, ["explain", "--config", str(tmp_path), str(EX / "minimal.yaml")])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("org.yaml:") and "invalid YAML" in result.stderr
+    assert result.stderr.endswith(not_a_tree(str(tmp_path), "pass one with --config PATH"))
+    assert "no GPUFlavors" not in result.stderr
+
+
+def test_an_incomplete_tree_still_lists_its_problems(runner: CliRunner, tmp_path: Path) -> None:
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    result = runner.invoke(cli, ["explain", "--config", str(tmp_path), str(EX / "minimal.yaml")])
+    assert result.exit_code == 2
+    assert f"{tmp_path}: (tree): no GPUFlavors document found" in result.stderr
+    assert result.stderr.endswith(f" error(s); run `mpigate check {tmp_path}`\n")
+    assert f"{tmp_path}: the config tree has " in result.stderr
+    assert "not an mpigate config tree" not in result.stderr
 
 
 def test_test_command_passes_on_the_example_org(runner: CliRunner, tmp_path: Path) -> None:

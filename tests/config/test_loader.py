@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mpigate.config import ConfigError, check_tree, load
+from mpigate.config import ConfigError, check_tree, is_config_tree, load
 from mpigate.config.discovery import discover
 from tests.conftest import FIXTURES, REPO, TODAY
 
@@ -140,6 +140,19 @@ def test_load_raises_with_every_problem(tmp_path: Path) -> None:
     codes = sorted(p.code for p in info.value.errors)
     assert codes == ["ref.team", "schema.unknown-key"]
     assert "2 error(s)" in str(info.value)
+
+
+def test_a_path_without_an_org_policy_is_no_config_tree(tmp_path: Path) -> None:
+    assert not is_config_tree(check_tree(tmp_path).problems)
+    (tmp_path / "notes.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    assert not is_config_tree(check_tree(tmp_path).problems)
+    root = tmp_path / "t"
+    shutil.copytree(BASE, root)
+    (root / "quotas" / "flavors.yaml").unlink()
+    incomplete = check_tree(root, today=TODAY)
+    assert "missing.GPUFlavors" in {p.code for p in incomplete.errors}
+    assert is_config_tree(incomplete.problems)
+    assert is_config_tree(check_tree(BASE, today=TODAY).problems)
 
 
 def test_revision_content_hash_outside_git(tmp_path: Path) -> None:

@@ -59,7 +59,8 @@ def test_usage_errors_exit_2(runner: CliRunner, args: list[str], message: str) -
 def test_broken_config_exits_2(runner: CliRunner, tmp_path: os.PathLike[str]) -> None:
     result = runner.invoke(cli, ["preflight", "--trainjob", "--team", "x", "--config", str(tmp_path)])
     assert result.exit_code == 2
-    assert "has errors" in result.output
+    assert f"{tmp_path}: not an mpigate config tree" in result.output
+    assert "pass one with --config PATH" in result.output
 
 
 @pytest.mark.mpi

@@ -46,6 +46,18 @@ def test_render_a_broken_config_exits_2_with_the_problems(tmp_path: Path) -> Non
     assert not (tmp_path / "out").exists()
 
 
+def test_render_outside_a_config_tree_says_so(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(cli, ["render", str(empty), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"{empty}: not an mpigate config tree (it holds no OrgPolicy document). Run this inside your "
+        "config tree or pass its path (`mpigate render PATH`); `mpigate init PATH` creates a new one.\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_render_a_bad_template_exits_2_with_file_and_line(tmp_path: Path) -> None:
     bad = FIXTURES / "render" / "bad-templates" / "undefined"
     result = CliRunner().invoke(

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
-from mpigate.config import KINDS, check_tree, kind_schema
+from mpigate.config import KINDS, check_tree, is_config_tree, kind_schema
 from mpigate.scaffold import ScaffoldError, Written, add_team, copy_example, copy_install_base, init_tree
 
-from ._output import OUTPUT_OPTION, dump, echo_problems
+from ._output import OUTPUT_OPTION, dump, echo_problems, not_a_tree_note
 
 __all__ = ["check_command", "init_command", "schema_command"]
 
@@ -54,6 +54,8 @@ def check_command(path: Path, output: str, strict: bool) -> None:
         click.echo(dump(data, output), nl=False)
     else:
         echo_problems(result.problems)
+        if not is_config_tree(result.problems):
+            click.echo(not_a_tree_note(path, "pass its path (`mpigate check PATH`)"), err=True)
         config = result.config
         summary = (
             f"{len(result.errors)} error{'s' if len(result.errors) != 1 else ''}, "

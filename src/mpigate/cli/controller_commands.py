@@ -16,7 +16,7 @@ from mpigate.controller.leader import LeaseSettings
 from mpigate.controller.netpol import build_network_policy
 from mpigate.controller.runner import ControllerOptions, default_identity, run_controller
 
-from ._output import dump, echo_problems
+from ._output import dump, echo_config_failure
 from .serve_commands import Duration, _configure_logging, _kube_config
 
 __all__ = ["controller_command"]
@@ -137,7 +137,7 @@ def _print_netpol(config_path: Path, trainjob_file: Path, output: str) -> None:
     try:
         config = load(config_path)
     except ConfigError as exc:
-        echo_problems(exc.errors, err=True)
+        echo_config_failure(config_path, exc.problems, point_at="pass one with --config PATH")
         sys.exit(2)
     try:
         trainjob = yaml.safe_load(trainjob_file.read_text())

@@ -17,21 +17,18 @@ from mpigate.policy.engine import RUNTIME_KINDS
 from mpigate.policytest import junit_xml, parse_time, run_suites
 
 from ._inputs import read_objects
-from ._output import OUTPUT_OPTION, dump, echo_problems
+from ._output import OUTPUT_OPTION, dump, echo_config_failure, echo_problems
 
 __all__ = ["explain_command", "test_command"]
 
 _KINDS = frozenset({"TrainJob", *RUNTIME_KINDS})
 
 
-def _load_config(path: Path) -> Config:
+def _load_config(path: Path, point_at: str) -> Config:
     try:
         return load(path)
     except ConfigError as exc:
-        echo_problems(exc.problems, err=True)
-        click.echo(
-            f"{path}: the config tree has {len(exc.errors)} error(s); run `mpigate check {path}`", err=True
-        )
+        echo_config_failure(path, exc.problems, point_at=point_at)
         sys.exit(2)
 
 
@@ -118,7 +115,7 @@ def explain_command(
     Exit status: 0 every object allowed, 1 any object denied, 2 usage or config error (also an
     input file that is not valid YAML or holds no document: it is reported as file:line:col).
     """
-    config = _load_config(config_path)
+    config = _load_config(config_path, "pass one with --config PATH")
     try:
         now = parse_time(now_text) if now_text else None
     except ValueError:
@@ -256,7 +253,7 @@ def test_command(path: Path, junit_file: Path | None, output: str) -> None:
 
     Exit status: 0 all cases pass, 1 any case fails, 2 config error.
     """
-    config = _load_config(path)
+    config = _load_config(path, "pass its path (`mpigate test PATH`)")
     started = dt.datetime.now(dt.UTC)
     results = run_suites(config)
     elapsed = (dt.datetime.now(dt.UTC) - started).total_seconds()

@@ -22,7 +22,7 @@ from mpigate.preflight import (
 )
 from mpigate.preflight.checks import PINNED_ENV_PREFIXES
 
-from ._output import OUTPUT_OPTION, dump, echo_problems
+from ._output import OUTPUT_OPTION, dump, echo_config_failure
 
 __all__ = ["preflight_command"]
 
@@ -43,10 +43,7 @@ def _load(path: Path) -> Config:
     try:
         return load(path)
     except ConfigError as exc:
-        echo_problems(exc.problems, err=True)
-        click.secho(
-            f"error: the config tree {path} has errors (run `mpigate check {path}`)", fg="red", err=True
-        )
+        echo_config_failure(path, exc.problems, point_at="pass one with --config PATH")
         sys.exit(EXIT_USAGE)
 
 

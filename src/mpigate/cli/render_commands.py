@@ -21,7 +21,7 @@ from mpigate.render import (
     write_tree,
 )
 
-from ._output import OUTPUT_OPTION, dump, echo_problems
+from ._output import OUTPUT_OPTION, dump, echo_config_failure
 
 __all__ = ["diff_command", "render_command"]
 
@@ -46,15 +46,13 @@ def _fail(message: str) -> NoReturn:
     sys.exit(2)
 
 
-def _load(path: Path) -> Config:
+def _load(path: Path, command: str) -> Config:
     if not path.exists():
         _fail(f"error: {path} does not exist")
     result = check_tree(path)
     if result.config is None:
-        echo_problems(result.problems, err=True)
-        _fail(
-            f"error: the config tree at {path} has {len(result.errors)} error(s); run `mpigate check {path}`"
-        )
+        echo_config_failure(path, result.problems, point_at=f"pass its path (`mpigate {command} PATH`)")
+        sys.exit(2)
     return result.config
 
 
@@ -114,7 +112,7 @@ def render_command(
 
     Exit status: 0 rendered, 2 config, template or output error.
     """
-    config = _load(path)
+    config = _load(path, "render")
     rendering = _render(config, template_dirs, today)
     try:
         stats = write_tree(rendering, out_dir)
@@ -190,7 +188,7 @@ def diff_command(
 
     Exit status: 0 no changes, 1 changes, 2 config, template or git error.
     """
-    config = _load(path)
+    config = _load(path, "diff")
     rendering = _render(config, template_dirs, today)
     try:
         old = baseline_objects(

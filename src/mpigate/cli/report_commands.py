@@ -11,7 +11,7 @@ from mpigate.config import ConfigError, load
 from mpigate.report import FORMATS, ReportOptions, build_report, config_context, parse_frameworks, render
 from mpigate.report.build import has_chains
 
-from ._output import echo_problems
+from ._output import echo_config_failure
 from .audit_commands import _bound, _key_options, _keyring, _open_output
 
 __all__ = ["report_command"]
@@ -142,11 +142,7 @@ def report_command(
         try:
             context = config_context(load(config_path))
         except ConfigError as exc:
-            echo_problems(exc.problems, err=True)
-            click.echo(
-                f"{config_path}: the config tree has {len(exc.errors)} error(s); run `mpigate check`",
-                err=True,
-            )
+            echo_config_failure(config_path, exc.problems, point_at="pass one with --config PATH")
             sys.exit(2)
     options = ReportOptions(
         since=start,

@@ -7,7 +7,7 @@
 """
 
 from .frozen import freeze, thaw
-from .loader import CheckResult, check_tree, load
+from .loader import CheckResult, check_tree, is_config_tree, load
 from .model import Config, Team
 from .problems import ConfigError, Location, Problem, Severity, format_path
 from .schema import API_VERSION, KINDS, kind_schema
@@ -29,6 +29,7 @@ __all__ = [
     "format_duration",
     "format_path",
     "freeze",
+    "is_config_tree",
     "kind_schema",
     "load",
     "parse_documents",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -19,7 +20,7 @@ from .revision import tree_revision
 from .schema import API_VERSION, KINDS, apply_defaults, validate_document
 from .yamlsource import Document, parse_documents, parse_file
 
-__all__ = ["CheckResult", "check_tree", "load"]
+__all__ = ["CheckResult", "check_tree", "is_config_tree", "load"]
 
 TRAINER_API_GROUP = "trainer.kubeflow.org"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
@@ -138,6 +139,16 @@ def _builtin_entry(kind: str) -> Entry:
     docs, problems = parse_documents(text, f"<built-in {name}>")
     assert docs and not problems, problems
     return Entry(kind=kind, doc=docs[0], data=apply_defaults(kind, docs[0].data), builtin=True)
+
+
+def is_config_tree(problems: Iterable[Problem]) -> bool:
+    """Whether the checked path is a config tree at all, judged by its problems.
+
+    Every tree has exactly one OrgPolicy; a path without one (an empty or unrelated directory, the
+    wrong working directory) is not an incomplete tree but no tree, and deserves that message
+    rather than a list of every kind it lacks.
+    """
+    return not any(p.code == "missing.OrgPolicy" for p in problems)
 
 
 def check_tree(path: str | Path, *, revision: str | None = None, today: dt.date | None = None) -> CheckResult:
