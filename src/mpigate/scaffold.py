@@ -12,7 +12,7 @@ from pathlib import Path
 import jinja2
 
 from ._resources import data_path
-from .config import check_tree
+from .config import check_tree, is_config_tree
 
 __all__ = ["ScaffoldError", "Written", "add_team", "copy_example", "copy_install_base", "init_tree"]
 
@@ -73,8 +73,7 @@ def init_tree(
         _check_name(kind, value)
     if directory.is_dir() and any(directory.iterdir()) and not force:
         existing = check_tree(directory)
-        has_org = not any(p.code == "missing.OrgPolicy" for p in existing.problems)
-        if has_org:
+        if is_config_tree(existing.problems):
             raise ScaffoldError(
                 f"{directory} already holds a config tree; use `mpigate init {directory} --team NAME` "
                 "to add a team"
@@ -140,7 +139,7 @@ def add_team(
         result = check_tree(directory)
         config = result.config
         if config is None:
-            if any(p.code == "missing.OrgPolicy" for p in result.problems):
+            if not is_config_tree(result.problems):
                 raise ScaffoldError(f"{directory} has no OrgPolicy; run `mpigate init {directory}` first")
             raise ScaffoldError(
                 f"{directory} has config errors; fix them first (`mpigate check {directory}`)"

@@ -3,6 +3,7 @@ Lease identity from the downward API, and RBAC for exactly the calls it makes.""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
@@ -113,3 +114,21 @@ def test_print_netpol_needs_no_cluster() -> None:
     )
     assert stray.exit_code == 1
     assert "namespace sandbox belongs to no team" in stray.output
+
+
+def test_print_netpol_reports_bad_input_with_its_location(tmp_path: Path) -> None:
+    broken = tmp_path / "job.yaml"
+    broken.write_text("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n\tname: x\n")
+    not_a_job = tmp_path / "cm.yaml"
+    not_a_job.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    odd_meta = tmp_path / "meta.yaml"
+    odd_meta.write_text("kind: TrainJob\nmetadata: just-a-string\n")
+    for path, code, text in (
+        (broken, 2, f"{broken}:4:1:"),
+        (not_a_job, 2, "holds no TrainJob"),
+        (odd_meta, 2, "holds no TrainJob"),
+    ):
+        result = CliRunner().invoke(controller_command, ["--config", str(REPO), "--print-netpol", str(path)])
+        assert result.exit_code == code, result.output
+        assert text in result.output
+        assert "Traceback" not in result.output

@@ -139,7 +139,7 @@ def init_command(
 
 def _has_org(directory: Path) -> bool:
     result = check_tree(directory)
-    return not any(p.code == "missing.OrgPolicy" for p in result.problems)
+    return is_config_tree(result.problems)
 
 
 @click.command("schema")

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import click
-import yaml
 
 from mpigate.admission.kube import KubeConfigError
 from mpigate.audit import AuditError
@@ -16,7 +15,8 @@ from mpigate.controller.leader import LeaseSettings
 from mpigate.controller.netpol import build_network_policy
 from mpigate.controller.runner import ControllerOptions, default_identity, run_controller
 
-from ._output import dump, echo_config_failure
+from ._inputs import read_objects
+from ._output import dump, echo_config_failure, echo_problems
 from .serve_commands import Duration, _configure_logging, _kube_config
 
 __all__ = ["controller_command"]
@@ -139,13 +139,15 @@ def _print_netpol(config_path: Path, trainjob_file: Path, output: str) -> None:
     except ConfigError as exc:
         echo_config_failure(config_path, exc.problems, point_at="pass one with --config PATH")
         sys.exit(2)
-    try:
-        trainjob = yaml.safe_load(trainjob_file.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise click.BadParameter(f"{trainjob_file}: {exc}", param_hint="--print-netpol") from exc
-    if not isinstance(trainjob, dict) or trainjob.get("kind") != "TrainJob":
-        raise click.BadParameter(f"{trainjob_file} is not a TrainJob", param_hint="--print-netpol")
-    meta = trainjob.setdefault("metadata", {})
+    documents, problems = read_objects(trainjob_file)
+    if problems:
+        echo_problems(problems)
+        sys.exit(2)
+    jobs = [d.data for d in documents if isinstance(d.data, dict) and d.data.get("kind") == "TrainJob"]
+    if not jobs or not isinstance(jobs[0].setdefault("metadata", {}), dict):
+        raise click.BadParameter(f"{trainjob_file} holds no TrainJob", param_hint="--print-netpol")
+    trainjob = jobs[0]
+    meta = trainjob["metadata"]
     meta.setdefault("uid", _PLACEHOLDER_UID)  # assigned by the API server at creation
     policy = build_network_policy(config, trainjob)
     if policy is None:
