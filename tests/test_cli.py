@@ -222,6 +222,12 @@ def test_init_install_base_writes_the_kustomize_base(runner: CliRunner, tmp_path
     assert check_tree(target).problems == ()  # webhooks/ is not read as config
     again = runner.invoke(cli, ["init", str(target), "--install-base"])
     assert again.exit_code == 1 and "already exists (use --force to overwrite)" in again.output
+    deploy = tmp_path / "deploy-repo"  # not a config tree: only the base is written
+    (deploy / "rendered").mkdir(parents=True)
+    alone = runner.invoke(cli, ["init", str(deploy), "--install-base"])
+    assert alone.exit_code == 0, alone.output
+    assert sorted(p.name for p in deploy.iterdir()) == ["rendered", "webhooks"]
+    assert f"kubectl apply -k {deploy / 'webhooks'}" in alone.output
     fresh = tmp_path / "demo"
     both = runner.invoke(cli, ["init", str(fresh), "--example", "--install-base"])
     assert both.exit_code == 0, both.output

@@ -142,7 +142,35 @@ def test_cli_diff_against_a_git_ref(git_org: Path) -> None:
 
 
 def test_cli_diff_with_an_unknown_ref_is_a_clean_error(git_org: Path) -> None:
-    result = CliRunner().invoke(cli, ["diff", str(git_org), "--against", "no-such-ref"])
-    assert result.exit_code == 2
-    assert "error:" in result.output and "git rev-parse" in result.output
-    assert "Traceback" not in result.output
+    def diff(ref: str) -> str:
+        result = CliRunner().invoke(cli, ["diff", str(git_org), "--against", ref])
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output and "fatal:" not in result.output
+        return result.output
+
+    unknown = diff("no-such-ref")
+    assert "git ref 'no-such-ref' not found: pass a branch, tag or commit of this repository" in unknown
+    no_remote = diff("origin/main")
+    assert "git ref 'origin/main' not found: the repository has no remote (so no origin/...)" in no_remote
+    _git(git_org.parent, "remote", "add", "origin", str(git_org.parent / "elsewhere"))
+    unfetched = diff("origin/main")
+    assert "git ref 'origin/main' not found: fetch it first (`git fetch origin main`" in unfetched
+    other = diff("upstream/main")
+    assert "git ref 'upstream/main' not found (remotes: origin)" in other
+
+
+def test_cli_diff_outside_a_git_repository_says_what_against_needs(tmp_path: Path) -> None:
+    tree = tmp_path / "org"
+    for folder in FOLDERS:
+        shutil.copytree(REPO / folder, tree / folder)
+    result = CliRunner().invoke(cli, ["diff", str(tree), "--against", "origin/main"])
+    assert result.exit_code == 2, result.output
+    assert f"{tree} is not inside a git repository: --against origin/main names a git ref" in result.output
+    assert "(--against DIR)" in result.output and "fatal:" not in result.output
+
+
+def test_cli_diff_without_git_installed(git_org: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(git_org))  # a PATH with no git on it
+    result = CliRunner().invoke(cli, ["diff", str(git_org), "--against", "main"])
+    assert result.exit_code == 2, result.output
+    assert "git is not installed: --against GIT_REF needs it" in result.output

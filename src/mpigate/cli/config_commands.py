@@ -87,8 +87,8 @@ def check_command(path: Path, output: str, strict: bool) -> None:
 @click.option(
     "--install-base",
     is_flag=True,
-    help="Also write webhooks/, the kustomize base that installs the webhook and controller "
-    "(alone on an existing tree: write only that).",
+    help="Write webhooks/, the kustomize base that installs the webhook and controller (without "
+    "--team or --example: only that, into any directory).",
 )
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
 def init_command(
@@ -114,7 +114,7 @@ def init_command(
     try:
         if example:
             written = copy_example(directory, force=force)
-        elif install_base and existing and not team:
+        elif install_base and not team:  # the install base alone, into any directory
             written = Written(())
         elif team and existing:
             written = add_team(directory, team, namespace=namespace, region=region, force=force)
@@ -130,6 +130,9 @@ def init_command(
         raise click.ClickException(str(exc)) from None
     for path in written.files:
         click.echo(f"wrote {path}")
+    if install_base and not (team or example):
+        click.echo(f"install with `kubectl apply -k {directory / 'webhooks'}` (see docs/operations.md)")
+        return
     result = check_tree(directory)
     echo_problems(result.problems)
     if not result.ok:  # pragma: no cover - the scaffold is tested to pass check

@@ -174,8 +174,9 @@ def diff_command(
 
     Objects are paired by apiVersion/kind/namespace/name; each added, removed or changed object
     is shown as a unified diff of its YAML. --against is a directory rendered before (e.g. the
-    deploy repository) or a git revision of the config repository (rendered with the same
-    templates and options).
+    deploy repository) or a git revision (branch, tag or commit) of the repository that holds
+    PATH, rendered with the same templates and options. In a pull-request job, fetch the base
+    branch first (`git fetch origin main`): CI checkouts are often shallow or single-branch.
 
     \b
     Example (in CI for a pull request):

@@ -128,19 +128,50 @@ def rendering_objects(rendering: Rendering) -> list[tuple[str, Mapping[str, Any]
     return [(rel, doc) for rel, doc in objects_in_files(rendering.files.items())]
 
 
-def _git(cwd: Path, *args: str) -> bytes:
+def _git(cwd: Path, *args: str, failure: str | None = None) -> bytes:
+    """Run git in ``cwd``; on failure raise ``failure`` (what went wrong and how to fix it) or, for
+    a failure nobody foresaw, git's own last line."""
     try:
         done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False, timeout=120)
     except FileNotFoundError:
         raise RenderError(
-            (RenderProblem(str(cwd), 0, "git is not installed (needed for --against GIT_REF)"),)
+            (
+                RenderProblem(
+                    str(cwd),
+                    0,
+                    "git is not installed: --against GIT_REF needs it (or compare with a directory "
+                    "rendered before: --against DIR)",
+                ),
+            )
         ) from None
+    except subprocess.TimeoutExpired:
+        raise RenderError((RenderProblem(str(cwd), 0, f"git {args[0]} did not finish in 120 s"),)) from None
     if done.returncode != 0:
         message = done.stderr.decode(errors="replace").strip().splitlines()
-        raise RenderError(
-            (RenderProblem(str(cwd), 0, f"git {args[0]}: {message[-1] if message else 'failed'}"),)
-        )
+        text = failure or f"git {args[0]}: {message[-1] if message else 'failed'}"
+        raise RenderError((RenderProblem(str(cwd), 0, text),))
     return done.stdout
+
+
+def _missing_ref(top: Path, ref: str) -> str:
+    """Why ``ref`` does not resolve in the repository at ``top``, and what to do."""
+    remotes = _git(top, "remote").decode().split()
+    remote = ref.split("/", 1)[0] if "/" in ref else None
+    if remote is not None and remote not in remotes and not remotes:
+        return (
+            f"git ref {ref!r} not found: the repository has no remote (so no {remote}/...); "
+            "pass a local branch, tag or commit (`git branch -a`), or add the remote and fetch it"
+        )
+    if remote is not None and remote in remotes:
+        return (
+            f"git ref {ref!r} not found: fetch it first (`git fetch {remote} {ref.split('/', 1)[1]}`; "
+            "CI checkouts are often shallow or single-branch), or pass an existing ref (`git branch -a`)"
+        )
+    known = f" (remotes: {', '.join(remotes)})" if remotes else ""
+    return (
+        f"git ref {ref!r} not found{known}: pass a branch, tag or commit of this repository "
+        "(`git branch -a`, `git tag`)"
+    )
 
 
 @contextmanager
@@ -150,8 +181,18 @@ def git_tree(path: str | os.PathLike[str], ref: str) -> Iterator[tuple[Path, str
     Yields (the tree's path inside the temporary checkout, the full commit id)."""
     target = Path(path).resolve()
     start = target if target.is_dir() else target.parent
-    top = Path(_git(start, "rev-parse", "--show-toplevel").decode().strip())
-    commit = _git(top, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").decode().strip()
+    if not start.is_dir():
+        raise RenderError((RenderProblem(str(path), 0, f"{path} does not exist"),))
+    not_a_repo = (
+        f"{path} is not inside a git repository: --against {ref} names a git ref (branch, tag or "
+        "commit) of the repository that holds the tree; commit the tree to git, or compare with a "
+        "directory rendered before (--against DIR)"
+    )
+    top = Path(_git(start, "rev-parse", "--show-toplevel", failure=not_a_repo).decode().strip())
+    try:
+        commit = _git(top, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").decode().strip()
+    except RenderError:
+        raise RenderError((RenderProblem(str(top), 0, _missing_ref(top, ref)),)) from None
     relative = target.relative_to(top.resolve())
     archive = _git(top, "archive", "--format=tar", commit)
     with tempfile.TemporaryDirectory(prefix="mpigate-diff-") as tmp:
