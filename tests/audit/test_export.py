@@ -221,3 +221,30 @@ def test_export_to_an_unwritable_path_is_a_usage_error(audit_dir, tmp_path):
         cli, ["audit", "export", str(audit_dir), "--format", "csv", "-o", str(target)]
     )
     assert result.exit_code == 2 and "cannot write" in result.output and not target.exists()
+
+
+def test_output_file_and_format_must_agree(audit_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def export(*args):
+        return CliRunner().invoke(cli, ["audit", "export", str(audit_dir), *args])
+
+    word = export("-o", "json")  # -o means the format on other commands
+    assert word.exit_code == 2 and "-o names the output file here, not the format" in word.output
+    assert "or -o ./json to write a file named 'json'" in word.output
+    clash = export("--format", "jsonl", "-o", "x.csv")
+    assert clash.exit_code == 2 and "--format jsonl but -o x.csv names a csv file" in clash.output
+    foreign = export("-o", "x.pdf")
+    assert foreign.exit_code == 2 and "cannot write a .pdf file: the formats are jsonl, csv, openreports" in (
+        foreign.output
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit"]  # nothing written on refusal
+    by_suffix = export("-o", "x.csv")
+    assert by_suffix.exit_code == 0, by_suffix.output
+    assert (tmp_path / "x.csv").read_text().startswith("time,")
+    as_yaml = export("-o", "r.yaml")
+    assert as_yaml.exit_code == 0 and (tmp_path / "r.yaml").read_text().startswith(
+        "---\napiVersion: openreports"
+    )
+    named = export("-o", "./json")
+    assert named.exit_code == 0 and (tmp_path / "json").read_text().startswith('{"')

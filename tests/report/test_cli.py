@@ -29,6 +29,25 @@ def test_format_follows_the_output_suffix(trail: Path, tmp_path: Path) -> None:
     )
 
 
+def test_output_that_would_write_the_wrong_thing_is_refused(
+    trail: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    audit = ("--audit", trail / "audit")
+    for args, message in (
+        (("-o", "json"), "-o names the output file here, not the format; use --format (html, md, json, csv)"),
+        (("-o", "r.pdf"), "cannot write a .pdf file: the formats are html, md, json, csv"),
+        (("-o", "r.json", "--format", "html"), "--format html but -o r.json names a json file"),
+    ):
+        code, out, err = run(*audit, *args)
+        assert code == 2, out + err
+        assert message in out + err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    code, _, err = run(*audit, "-o", "r.json", "--format", "json")
+    assert code == 0, err
+    assert (tmp_path / "r.json").read_text(encoding="utf-8").startswith("{")
+
+
 def test_stdout_json_with_every_option(trail: Path, k8s_log: Path, repo: Path) -> None:
     code, out, err = run(
         "--audit", trail / "audit", "--k8s-audit", k8s_log, "--key", trail / "key",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,14 @@ import yaml
 
 from mpigate.config import Problem, Severity, is_config_tree
 
-__all__ = ["OUTPUT_OPTION", "dump", "echo_config_failure", "echo_problems", "not_a_tree_note"]
+__all__ = [
+    "OUTPUT_OPTION",
+    "dump",
+    "echo_config_failure",
+    "echo_problems",
+    "file_format",
+    "not_a_tree_note",
+]
 
 OUTPUT_OPTION = click.option(
     "-o",
@@ -67,3 +74,50 @@ def echo_config_failure(path: Path, problems: Sequence[Problem], *, point_at: st
         [p for p in problems if not (p.path == "(tree)" and p.code.startswith("missing."))], err=True
     )
     click.secho(not_a_tree_note(path, point_at), fg="red", err=True)
+
+
+# Words people pass to -o meaning "this format" (kubectl's convention, and mpigate's own -o on most
+# commands), and file types no mpigate command writes.
+_FORMAT_WORDS = frozenset(
+    {"json", "jsonl", "yaml", "yml", "text", "txt", "html", "md", "markdown", "csv", "openreports", "pdf"}
+)
+_FOREIGN_SUFFIXES = frozenset(
+    {".pdf", ".doc", ".docx", ".xls", ".xlsx", ".odt", ".ods", ".xml", ".png", ".jpg"}
+)
+
+
+def file_format(
+    output: str,
+    given: str | None,
+    *,
+    suffixes: Mapping[str, str],
+    default: str,
+    formats: Sequence[str],
+) -> str:
+    """The format to write the ``-o`` file in: ``--format`` when given, else the one the file's
+    suffix names, else ``default``. Where ``-o`` is an output *file* (``report``, ``audit export``),
+    refuse what would silently write the wrong thing: ``-o json`` (a format word, as ``-o`` means on
+    other commands), a suffix that names another format than ``--format``, and a file type none of
+    ``formats`` is (``.pdf``). Raises :class:`click.UsageError` naming the fix."""
+    if output == "-":
+        return given or default
+    path = Path(output)
+    choices = ", ".join(formats)
+    if output.lower() in _FORMAT_WORDS and not path.exists():
+        raise click.UsageError(
+            f"-o names the output file here, not the format; use --format ({choices}) and -o FILE, "
+            f"or -o ./{output} to write a file named {output!r}"
+        )
+    suffix = path.suffix.lower()
+    implied = suffixes.get(suffix)
+    if given is not None and implied is not None and implied != given:
+        raise click.UsageError(
+            f"--format {given} but -o {output} names a {implied} file; make them agree "
+            f"(or leave out --format: the suffix decides)"
+        )
+    if implied is None and suffix in _FOREIGN_SUFFIXES:
+        known = ", ".join(sorted(suffixes))
+        raise click.UsageError(
+            f"cannot write a {suffix} file: the formats are {choices} (--format, or a file ending in {known})"
+        )
+    return given or implied or default

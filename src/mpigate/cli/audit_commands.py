@@ -18,7 +18,7 @@ from mpigate.audit.export import export_csv, export_jsonl, export_openreports, f
 from mpigate.audit.reader import ChainReport, read_chains
 from mpigate.audit.signing import ALGORITHMS, KeyRing, generate_key
 
-from ._output import OUTPUT_OPTION, dump
+from ._output import OUTPUT_OPTION, dump, file_format
 
 __all__ = ["audit_group"]
 
@@ -172,15 +172,24 @@ def _open_output(path: str, binary: bool) -> Iterator[IO[Any]]:
         yield handle
 
 
+_EXPORT_FORMATS = ("jsonl", "csv", "openreports")
+_EXPORT_SUFFIXES = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+    ".yaml": "openreports",
+    ".yml": "openreports",
+}
+
+
 @audit_group.command("export")
 @click.argument("directories", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["jsonl", "csv", "openreports"]),
-    default="jsonl",
-    show_default=True,
-    help="jsonl: records as stored; csv: stable columns; openreports: openreports.io/v1alpha1 Reports.",
+    type=click.Choice(_EXPORT_FORMATS),
+    help="jsonl: records as stored; csv: stable columns; openreports: openreports.io/v1alpha1 Reports "
+    "(YAML). Default: from the -o suffix (.jsonl, .csv, .yaml), else jsonl.",
 )
 @click.option("--from", "since", help="Only records at or after this RFC 3339 time or date (UTC).")
 @click.option("--to", "until", help="Only records before this RFC 3339 time or date (UTC).")
@@ -197,7 +206,7 @@ def _open_output(path: str, binary: bool) -> Iterator[IO[Any]]:
 @_key_options
 def export_command(
     directories: tuple[str, ...],
-    fmt: str,
+    fmt: str | None,
     since: str | None,
     until: str | None,
     team: str | None,
@@ -215,6 +224,7 @@ def export_command(
       mpigate audit export /var/lib/mpigate/audit --format csv --team nlp-team -o nlp.csv
       mpigate audit export audit/ --format openreports --from 2026-11-01 | kubectl apply -f -
     """
+    fmt = file_format(output, fmt, suffixes=_EXPORT_SUFFIXES, default="jsonl", formats=_EXPORT_FORMATS)
     reading = read_chains(
         directories, _keyring(keys, public_keys), since=_bound(since, "--from"), until=_bound(until, "--to")
     )

@@ -11,7 +11,7 @@ from mpigate.config import ConfigError, load
 from mpigate.report import FORMATS, ReportOptions, build_report, config_context, parse_frameworks, render
 from mpigate.report.build import has_chains
 
-from ._output import echo_config_failure
+from ._output import echo_config_failure, file_format
 from .audit_commands import _bound, _key_options, _keyring, _open_output
 
 __all__ = ["report_command"]
@@ -50,7 +50,7 @@ _SUFFIXES = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".
     "--format",
     "fmt",
     type=click.Choice(FORMATS),
-    help="Output format (default: from the -o suffix, else html).",
+    help="Output format (default: from the -o suffix, else html; a suffix naming another format is refused).",
 )
 @click.option(
     "-o",
@@ -128,8 +128,7 @@ def report_command(
         raise click.BadParameter(str(exc), param_hint="--framework") from exc
     if not chosen:
         raise click.BadParameter("name at least one framework", param_hint="--framework")
-    if fmt is None:
-        fmt = _SUFFIXES.get(Path(output).suffix.lower(), "html") if output != "-" else "html"
+    fmt = file_format(output, fmt, suffixes=_SUFFIXES, default="html", formats=FORMATS)
     start, end = _bound(since, "--from"), _bound(until, "--to")
     if start is not None and end is not None and start >= end:
         raise click.BadParameter(f"--from {since} is not before --to {until}", param_hint="--from")
