@@ -138,7 +138,21 @@ class VirtualPods:
         """Options that make mpirun place ranks in the pods (via the agent)."""
         if self.hostfile is None or self.agent is None:
             raise VirtualPodsError("virtual pods are not set up")
-        return ["--hostfile", str(self.hostfile), "--mca", "plm_rsh_agent", str(self.agent)]
+        # rtc_hwloc_vmhole=none: OpenMPI 4's orted otherwise maps the hwloc topology into shared
+        # memory at a "hole" it reads from /proc/self/maps; with several orteds starting at once
+        # on one host that write sometimes lands on a live mapping and the orted segfaults in
+        # hwloc_shmem_topology_write (seen about 1 run in 12 here). The shared topology only saves
+        # memory on big nodes; the daemons work without it.
+        return [
+            "--hostfile",
+            str(self.hostfile),
+            "--mca",
+            "plm_rsh_agent",
+            str(self.agent),
+            "--mca",
+            "rtc_hwloc_vmhole",
+            "none",
+        ]
 
     def close(self) -> None:
         for ns in reversed(self._namespaces):
