@@ -176,14 +176,29 @@ def test_review_reports_empty_inputs_and_goes_on(example_webhook: tuple[str, Pat
     empty.write_text("# only a comment\n---\n", encoding="utf-8")
     nothing = tmp_path / "nothing"
     nothing.mkdir()
+    (nothing / "README.txt").write_text("not a manifest\n", encoding="utf-8")
     result = CliRunner().invoke(
         cli, ["review", str(empty), str(nothing), str(minimal), "--server", url, "--ca", str(ca)]
     )
     assert result.exit_code == 2
     assert f"{empty}:1:1: (document): holds no TrainJob or training runtime" in result.stderr
-    assert f"{nothing}: (directory): no *.yaml files in it; nothing to judge" in result.stderr
+    assert (
+        f"{nothing}: (directory): no *.yaml, *.yml or *.json files in it; nothing to judge" in result.stderr
+    )
     assert result.stdout.startswith("trainjob.trainer.kubeflow.org/minimal created")
     assert "1 objects: 1 admitted, 0 denied; 2 inputs not sent (see the errors above)" in result.stderr
+
+    # A directory stands for the manifests below it, as `kubectl apply -R -f DIR` reads them.
+    job = yaml.safe_load(minimal.read_text(encoding="utf-8"))
+    manifests = tmp_path / "manifests" / "nested"
+    manifests.mkdir(parents=True)
+    for suffix in ("yml", "json"):
+        job["metadata"]["name"] = f"from-{suffix}"
+        (manifests / f"job.{suffix}").write_text(json.dumps(job), encoding="utf-8")
+    batch = CliRunner().invoke(cli, ["review", str(tmp_path / "manifests"), "--server", url, "--ca", str(ca)])
+    assert batch.exit_code == 0, batch.output
+    created = sorted(line.split()[0] for line in batch.stdout.splitlines() if " created" in line)
+    assert created == ["trainjob.trainer.kubeflow.org/from-json", "trainjob.trainer.kubeflow.org/from-yml"]
 
 
 def test_review_exits_2_when_the_webhook_cannot_be_reached(tmp_path: Path) -> None:

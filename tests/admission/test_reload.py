@@ -191,3 +191,22 @@ def test_the_fingerprint_covers_exactly_the_config_files(org: Path) -> None:
     assert after_ignore not in (before, after_new)
     (org / ".mpigate-revision").write_text("rev-9\n")
     assert tree_stamp(org) != after_ignore
+
+
+async def test_a_path_that_is_no_config_tree_is_named_as_such(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from mpigate.admission.reload import ConfigStore
+
+    empty = tmp_path / "not-mounted-yet"
+    empty.mkdir()
+    store = ConfigStore(empty)
+    assert await store.load_now() is None
+    rejected = [r for r in caplog.records if getattr(r, "fields", {}).get("event") == "config_rejected"]
+    assert len(rejected) == 1
+    message = rejected[0].getMessage()
+    assert message.startswith(
+        f"config at {empty} rejected: {empty} is not an mpigate config tree (no OrgPolicy document): "
+        "check --config and that the config bundle ConfigMap is mounted there (and "
+    )
+    assert message.endswith("; still serving nothing (`mpigate check` lists every problem)")

@@ -116,3 +116,14 @@ def test_help_shows_examples() -> None:
     result = CliRunner().invoke(cli, ["report", "--help"])
     assert result.exit_code == 0
     assert "mpigate report --audit /var/lib/mpigate/audit --public-key audit-key.pub" in result.output
+
+
+def test_a_team_without_decisions_is_pointed_out(trail: Path) -> None:
+    audit = ("--audit", trail / "audit", "--format", "json")
+    code, _, err = run(*audit, "--team", "nlp-team")
+    assert code == 0, err
+    assert "warning: no decision" not in err
+    code, out, err = run(*audit, "--team", "nlp-teem")
+    assert code == 0, err
+    assert "warning: no decision of team 'nlp-teem' in the period; check the name" in err
+    assert json.loads(out)["totals"]["teams"] == []

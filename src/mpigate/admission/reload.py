@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mpigate.config import Config, ConfigError, load
+from mpigate.config import Config, ConfigError, is_config_tree, load
 from mpigate.config.discovery import IGNORE_FILE, discover
 from mpigate.config.loader import REVISION_FILE
 
@@ -124,6 +124,13 @@ class ConfigStore:
         except ConfigError as exc:
             self.last_error = str(exc)
             problems = [str(p) for p in exc.errors]
+            if not is_config_tree(exc.problems):
+                # the whole tree is missing: a ConfigMap not (yet) mounted, or the wrong --config
+                problems = [
+                    f"{self.path} is not an mpigate config tree (no OrgPolicy document): check --config "
+                    "and that the config bundle ConfigMap is mounted there",
+                    *problems,
+                ]
             more = len(problems) - 1
             log.error(
                 "config at %s rejected: %s%s; still serving %s (`mpigate check` lists every problem)",

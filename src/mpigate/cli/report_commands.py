@@ -167,6 +167,13 @@ def report_command(
         f"{summary['no evidence']} no evidence",
         err=True,
     )
+    if team is not None and team not in report["totals"]["teams"]:
+        click.secho(
+            f"warning: no decision of team {team!r} in the period; check the name "
+            "(without --team, the report lists every team it saw)",
+            fg="yellow",
+            err=True,
+        )
     for file in report["inputs"]["k8sAudit"]:
         if file["malformed"]:
             first = file["firstMalformed"]

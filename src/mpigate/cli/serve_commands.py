@@ -460,16 +460,23 @@ def certs_command(
     click.echo(issued.ca_bundle)
 
 
+_MANIFEST_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
+
+
 def _read_inputs(paths: tuple[Path, ...]) -> Iterator[tuple[Path, list[Document], list[Problem]]]:
-    """Each input file (a directory stands for its ``*.yaml`` files) with its documents and problems."""
+    """Each input file with its documents and problems; a directory stands for its manifests below
+    it (``*.yaml``, ``*.yml``, ``*.json``, as ``kubectl apply -R -f`` reads them)."""
     for path in paths:
         if not path.is_dir():
             yield (path, *read_objects(path))
             continue
-        files = sorted(path.rglob("*.yaml"))
+        files = sorted(p for p in path.rglob("*") if p.suffix in _MANIFEST_SUFFIXES and p.is_file())
         if not files:
             nothing = Problem(
-                Location(str(path)), "(directory)", "no *.yaml files in it; nothing to judge", EMPTY_INPUT
+                Location(str(path)),
+                "(directory)",
+                "no *.yaml, *.yml or *.json files in it; nothing to judge",
+                EMPTY_INPUT,
             )
             yield path, [], [nothing]
         for file in files:
