@@ -111,19 +111,34 @@ def test_explain_usage_and_input_errors_exit_2(runner: CliRunner, tmp_path: Path
 def test_explain_an_empty_file_says_so_and_exits_2(runner: CliRunner, tmp_path: Path, text: str) -> None:
     empty = tmp_path / "empty.yaml"
     empty.write_text(text, encoding="utf-8")
-    for args in ([str(empty)], [str(empty), "-o", "json"]):
+    for args, stdout in (([str(empty)], ""), ([str(empty), "-o", "json"], "[]\n")):
         result = runner.invoke(cli, ["explain", "--config", str(REPO), *NOW, *args])
         assert result.exit_code == 2, result.output
         assert result.stderr == (
             f"{empty}:1:1: (document): holds no TrainJob or training runtime: the file has no YAML "
             "document at all (it is empty, or only comments and `---`) (hint: check that this is the "
-            "file you meant)\n"
+            "file you meant)\n1 input file not judged (see the errors above)\n"
         )
-        assert result.stdout == ""
+        assert result.stdout == stdout
     # the stored object for UPDATE is read the same way
     update = ["--operation", "UPDATE", "--old", str(empty)]
     result = runner.invoke(cli, ["explain", "--config", str(REPO), str(EX / "minimal.yaml"), *update])
     assert result.exit_code == 2 and f"{empty}:1:1: (document): holds no TrainJob" in result.stderr
+
+
+def test_explain_goes_on_after_a_broken_file(runner: CliRunner, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: TrainJob\nmetadata:\n\tname: x\n", encoding="utf-8")
+    files = [str(broken), str(EX / "minimal.yaml"), str(EX / "deny-over-quota.yaml")]
+    result = runner.invoke(cli, ["explain", "--config", str(REPO), *NOW, *files, "-o", "json"])
+    assert result.exit_code == 2, result.output  # unreadable input wins over a denial
+    assert result.stderr.startswith(f"{broken}:3:1: ")
+    assert result.stderr.endswith("1 input file not judged (see the errors above)\n")
+    judged = json.loads(result.stdout)
+    assert [(Path(j["file"]).name, j["decision"]["allowed"]) for j in judged] == [
+        ("minimal.yaml", True),
+        ("deny-over-quota.yaml", False),
+    ]
 
 
 def not_a_tree(where: str, point_at: str) -> str:

@@ -113,7 +113,8 @@ def explain_command(
       mpigate explain job.yaml --active-jobs 5 --gpus-in-use a100-eu=15
 
     Exit status: 0 every object allowed, 1 any object denied, 2 usage or config error (also an
-    input file that is not valid YAML or holds no document: it is reported as file:line:col).
+    input file that is not valid YAML or holds no document: it is reported as file:line:col and
+    the other files are still explained; 2 wins over 1).
     """
     config = _load_config(config_path, "pass one with --config PATH")
     try:
@@ -124,8 +125,14 @@ def explain_command(
     old_docs = [d for d in _documents(old_file) if isinstance(d.data, Mapping)] if old_file else []
     results: list[dict[str, Any]] = []
     denied = False
+    unreadable = 0
     for path in files:
-        for document in _documents(path):
+        documents, problems = read_objects(path)
+        if problems:  # judged not at all (as review does); the other files still are
+            echo_problems(problems, err=True)
+            unreadable += 1
+            continue
+        for document in documents:
             data = document.data
             if not isinstance(data, Mapping) or data.get("kind") not in _KINDS:
                 kind = data.get("kind") if isinstance(data, Mapping) else type(data).__name__
@@ -168,6 +175,13 @@ def explain_command(
             for r in results
         ]
         click.echo(dump(payload, output), nl=False)
+    if unreadable:
+        click.secho(
+            f"{unreadable} input file{'s' if unreadable != 1 else ''} not judged (see the errors above)",
+            fg="red",
+            err=True,
+        )
+        sys.exit(2)
     sys.exit(1 if denied else 0)
 
 
