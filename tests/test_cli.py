@@ -228,6 +228,11 @@ def test_init_install_base_writes_the_kustomize_base(runner: CliRunner, tmp_path
     assert alone.exit_code == 0, alone.output
     assert sorted(p.name for p in deploy.iterdir()) == ["rendered", "webhooks"]
     assert f"kubectl apply -k {deploy / 'webhooks'}" in alone.output
+    rendered = tmp_path / "rendered"  # render would delete files it did not write
+    assert runner.invoke(cli, ["render", str(target), "-o", str(rendered)]).exit_code == 0
+    into_render = runner.invoke(cli, ["init", str(rendered), "--install-base"])
+    assert into_render.exit_code == 1 and "is a `mpigate render` output" in into_render.output
+    assert not (rendered / "webhooks").exists()
     fresh = tmp_path / "demo"
     both = runner.invoke(cli, ["init", str(fresh), "--example", "--install-base"])
     assert both.exit_code == 0, both.output

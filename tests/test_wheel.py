@@ -99,7 +99,7 @@ def test_installed_wheel_scaffolds_without_the_repository(wheel: Path, tmp_path:
         ["check", "org"],
         ["check", "example"],
         ["render", "example", "-o", "deploy"],
-        ["init", "deploy", "--install-base"],  # the kustomize base, which only the wheel holds
+        ["init", "deploy-repo", "--install-base"],  # the kustomize base, which only the wheel holds
     ):
         run = subprocess.run(
             [sys.executable, "-m", "mpigate", *args],
@@ -112,4 +112,4 @@ def test_installed_wheel_scaffolds_without_the_repository(wheel: Path, tmp_path:
         assert run.returncode == 0, (args, run.stdout, run.stderr)
     assert (workdir / "example" / "quotas" / "cv-team.yaml").is_file()
     assert (workdir / "deploy" / "teams" / "cv-team" / "quota.yaml").is_file()
-    assert (workdir / "deploy" / "webhooks" / "base" / "webhookconfigurations.yaml").is_file()
+    assert (workdir / "deploy-repo" / "webhooks" / "base" / "webhookconfigurations.yaml").is_file()

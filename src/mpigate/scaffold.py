@@ -13,6 +13,7 @@ import jinja2
 
 from ._resources import data_path
 from .config import check_tree, is_config_tree
+from .render import MARKER_FILE
 
 __all__ = ["ScaffoldError", "Written", "add_team", "copy_example", "copy_install_base", "init_tree"]
 
@@ -227,4 +228,9 @@ def copy_example(directory: Path, *, force: bool = False) -> Written:
 def copy_install_base(directory: Path, *, force: bool = False) -> Written:
     """Copy the kustomize install base for the webhook and controller to ``directory/webhooks``
     (`kubectl apply -k DIR/webhooks` with cert-manager, `DIR/webhooks/base` without)."""
+    if (directory / MARKER_FILE).is_file():
+        raise ScaffoldError(
+            f"{directory} is a `mpigate render` output, and the next render removes every file it "
+            "did not write: put the install base next to it (e.g. the deploy repository's root)"
+        )
     return _copy_folders(directory, ("webhooks",), force)
