@@ -154,7 +154,8 @@ def test_cli_diff_with_an_unknown_ref_is_a_clean_error(git_org: Path) -> None:
     assert "git ref 'origin/main' not found: the repository has no remote (so no origin/...)" in no_remote
     _git(git_org.parent, "remote", "add", "origin", str(git_org.parent / "elsewhere"))
     unfetched = diff("origin/main")
-    assert "git ref 'origin/main' not found: fetch it first (`git fetch origin main`" in unfetched
+    fetch = "`git fetch origin main:refs/remotes/origin/main`"
+    assert f"git ref 'origin/main' not found: fetch it first ({fetch}" in unfetched
     other = diff("upstream/main")
     assert "git ref 'upstream/main' not found (remotes: origin)" in other
 

@@ -176,7 +176,8 @@ def diff_command(
     is shown as a unified diff of its YAML. --against is a directory rendered before (e.g. the
     deploy repository) or a git revision (branch, tag or commit) of the repository that holds
     PATH, rendered with the same templates and options. In a pull-request job, fetch the base
-    branch first (`git fetch origin main`): CI checkouts are often shallow or single-branch.
+    branch first (`git fetch origin main:refs/remotes/origin/main`): CI checkouts are often
+    shallow or single-branch.
 
     \b
     Example (in CI for a pull request):

@@ -163,8 +163,9 @@ def _missing_ref(top: Path, ref: str) -> str:
             "pass a local branch, tag or commit (`git branch -a`), or add the remote and fetch it"
         )
     if remote is not None and remote in remotes:
+        branch = ref.split("/", 1)[1]
         return (
-            f"git ref {ref!r} not found: fetch it first (`git fetch {remote} {ref.split('/', 1)[1]}`; "
+            f"git ref {ref!r} not found: fetch it first (`git fetch {remote} {branch}:refs/remotes/{ref}`; "
             "CI checkouts are often shallow or single-branch), or pass an existing ref (`git branch -a`)"
         )
     known = f" (remotes: {', '.join(remotes)})" if remotes else ""
