@@ -38,6 +38,13 @@ SVC_NAMES = [
 ]
 
 
+def example_org_options(cert: Path, key: Path) -> ServeOptions:
+    """The example org served on a free loopback port with this certificate."""
+    return ServeOptions(
+        config=REPO, tls_cert=cert, tls_key=key, host="127.0.0.1", port=0, reload_interval=3600
+    )
+
+
 def test_certs_issues_a_ca_and_a_serving_certificate_for_the_service(tmp_path: Path) -> None:
     out = tmp_path / "certs"
     result = CliRunner().invoke(cli, ["certs", "--out", str(out), "--days", "30"])
@@ -73,17 +80,9 @@ def test_certs_issues_a_ca_and_a_serving_certificate_for_the_service(tmp_path: P
 async def test_a_server_with_generated_certs_is_trusted_by_service_name(tmp_path: Path) -> None:
     out = tmp_path / "certs"
     assert CliRunner().invoke(cli, ["certs", "--out", str(out)]).exit_code == 0
-    options = ServeOptions(
-        config=REPO,
-        tls_cert=out / "tls.crt",
-        tls_key=out / "tls.key",
-        host="127.0.0.1",
-        port=0,
-        reload_interval=3600,
-    )
     from mpigate.admission.server import WebhookServer
 
-    server = WebhookServer(options)
+    server = WebhookServer(example_org_options(out / "tls.crt", out / "tls.key"))
     await server.start()
     try:
         ctx = ssl.create_default_context(cafile=str(out / "ca.crt"))
@@ -104,10 +103,7 @@ def example_webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     ca = trustme.CA()
     cert, key = write_cert(ca, base / "tls")
     ca.cert_pem.write_to_path(str(base / "ca.crt"))
-    options = ServeOptions(
-        config=REPO, tls_cert=cert, tls_key=key, host="127.0.0.1", port=0, reload_interval=3600
-    )
-    server = ThreadedWebhook(options)
+    server = ThreadedWebhook(example_org_options(cert, key))
     yield server.server.url, base / "ca.crt"
     server.stop()
 
@@ -220,15 +216,7 @@ def test_review_explains_a_certificate_it_cannot_trust(tmp_path: Path) -> None:
         (local, [], "pass --ca with the CA that issued it"),
         (local, ["--ca", str(local / "ca.crt")], None),
     ):
-        options = ServeOptions(
-            config=REPO,
-            tls_cert=certs / "tls.crt",
-            tls_key=certs / "tls.key",
-            host="127.0.0.1",
-            port=0,
-            reload_interval=3600,
-        )
-        server = ThreadedWebhook(options)
+        server = ThreadedWebhook(example_org_options(certs / "tls.crt", certs / "tls.key"))
         try:
             result = CliRunner().invoke(cli, ["review", job, "--server", server.server.url, *ca])
         finally:

@@ -110,13 +110,13 @@ def init_command(
       mpigate init demo --example            # the example org from the docs
       mpigate init my-org --install-base     # add webhooks/ (`kubectl apply -k my-org/webhooks`)
     """
-    existing = directory.is_dir() and _has_org(directory)
+    base_only = install_base and not (team or example)  # into any directory, no tree needed
     try:
         if example:
             written = copy_example(directory, force=force)
-        elif install_base and not team:  # the install base alone, into any directory
+        elif base_only:
             written = Written(())
-        elif team and existing:
+        elif team and directory.is_dir() and _has_org(directory):
             written = add_team(directory, team, namespace=namespace, region=region, force=force)
         else:
             if namespace and namespace != (team or "ml-team"):
@@ -130,7 +130,7 @@ def init_command(
         raise click.ClickException(str(exc)) from None
     for path in written.files:
         click.echo(f"wrote {path}")
-    if install_base and not (team or example):
+    if base_only:
         click.echo(f"install with `kubectl apply -k {directory / 'webhooks'}` (see docs/operations.md)")
         return
     result = check_tree(directory)

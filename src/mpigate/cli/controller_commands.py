@@ -144,10 +144,10 @@ def _print_netpol(config_path: Path, trainjob_file: Path, output: str) -> None:
         echo_problems(problems)
         sys.exit(2)
     jobs = [d.data for d in documents if isinstance(d.data, dict) and d.data.get("kind") == "TrainJob"]
-    if not jobs or not isinstance(jobs[0].setdefault("metadata", {}), dict):
+    trainjob = jobs[0] if jobs else {}
+    meta = trainjob.setdefault("metadata", {})
+    if not jobs or not isinstance(meta, dict):
         raise click.BadParameter(f"{trainjob_file} holds no TrainJob", param_hint="--print-netpol")
-    trainjob = jobs[0]
-    meta = trainjob["metadata"]
     meta.setdefault("uid", _PLACEHOLDER_UID)  # assigned by the API server at creation
     policy = build_network_policy(config, trainjob)
     if policy is None:

@@ -15,7 +15,7 @@ import os
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,9 +128,9 @@ def rendering_objects(rendering: Rendering) -> list[tuple[str, Mapping[str, Any]
     return [(rel, doc) for rel, doc in objects_in_files(rendering.files.items())]
 
 
-def _git(cwd: Path, *args: str, failure: str | None = None) -> bytes:
-    """Run git in ``cwd``; on failure raise ``failure`` (what went wrong and how to fix it) or, for
-    a failure nobody foresaw, git's own last line."""
+def _git(cwd: Path, *args: str, failure: Callable[[], str] | None = None) -> bytes:
+    """Run git in ``cwd``; when it fails, raise what ``failure()`` says (what went wrong and how to
+    fix it, worked out only then) or, for a failure nobody foresaw, git's own last line."""
     try:
         done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False, timeout=120)
     except FileNotFoundError:
@@ -148,7 +148,7 @@ def _git(cwd: Path, *args: str, failure: str | None = None) -> bytes:
         raise RenderError((RenderProblem(str(cwd), 0, f"git {args[0]} did not finish in 120 s"),)) from None
     if done.returncode != 0:
         message = done.stderr.decode(errors="replace").strip().splitlines()
-        text = failure or f"git {args[0]}: {message[-1] if message else 'failed'}"
+        text = failure() if failure else f"git {args[0]}: {message[-1] if message else 'failed'}"
         raise RenderError((RenderProblem(str(cwd), 0, text),))
     return done.stdout
 
@@ -157,7 +157,7 @@ def _missing_ref(top: Path, ref: str) -> str:
     """Why ``ref`` does not resolve in the repository at ``top``, and what to do."""
     remotes = _git(top, "remote").decode().split()
     remote = ref.split("/", 1)[0] if "/" in ref else None
-    if remote is not None and remote not in remotes and not remotes:
+    if remote is not None and not remotes:
         return (
             f"git ref {ref!r} not found: the repository has no remote (so no {remote}/...); "
             "pass a local branch, tag or commit (`git branch -a`), or add the remote and fetch it"
@@ -184,16 +184,17 @@ def git_tree(path: str | os.PathLike[str], ref: str) -> Iterator[tuple[Path, str
     start = target if target.is_dir() else target.parent
     if not start.is_dir():
         raise RenderError((RenderProblem(str(path), 0, f"{path} does not exist"),))
-    not_a_repo = (
-        f"{path} is not inside a git repository: --against {ref} names a git ref (branch, tag or "
-        "commit) of the repository that holds the tree; commit the tree to git, or compare with a "
-        "directory rendered before (--against DIR)"
-    )
+
+    def not_a_repo() -> str:
+        return (
+            f"{path} is not inside a git repository: --against {ref} names a git ref (branch, tag or "
+            "commit) of the repository that holds the tree; commit the tree to git, or compare with "
+            "a directory rendered before (--against DIR)"
+        )
+
     top = Path(_git(start, "rev-parse", "--show-toplevel", failure=not_a_repo).decode().strip())
-    try:
-        commit = _git(top, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").decode().strip()
-    except RenderError:
-        raise RenderError((RenderProblem(str(top), 0, _missing_ref(top, ref)),)) from None
+    resolve = ("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
+    commit = _git(top, *resolve, failure=lambda: _missing_ref(top, ref)).decode().strip()
     relative = target.relative_to(top.resolve())
     archive = _git(top, "archive", "--format=tar", commit)
     with tempfile.TemporaryDirectory(prefix="mpigate-diff-") as tmp:
