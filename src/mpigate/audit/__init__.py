@@ -22,12 +22,14 @@ Reading and verifying (CLI, reports)::
 See docs/audit.md for the record format and the guarantees.
 """
 
+from .async_log import AsyncAuditLog
 from .errors import AuditClosedError, AuditError, AuditKeyError, AuditLockedError, AuditWriteError
 from .metrics import AuditMetrics
+from .options import WriterOptions, WrittenRecord
 from .reader import AuditEntry, ChainReader, ChainReport, IntegrityProblem, read_chains, verify_chain
 from .records import REDACTED, evidence_record, lifecycle_record, record_from_decision, redact
 from .signing import Ed25519Signer, HmacSigner, KeyRing, Signer, generate_key, load_signer
-from .writer import AsyncAuditLog, AuditLog, WriterOptions, WrittenRecord
+from .writer import AuditLog
 
 __all__ = [
     "REDACTED",

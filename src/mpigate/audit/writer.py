@@ -6,7 +6,7 @@ Usage (sync — CLI, controller)::
         written = log.append(record_from_decision(decision, request, "validate", "webhook"))
         written.seq, written.hash           # durable (fsync'ed) when append returns
 
-Usage (asyncio — the aiohttp webhook)::
+Usage (asyncio — the aiohttp webhook; :class:`AsyncAuditLog` is in ``async_log``)::
 
     log = await AsyncAuditLog.open(directory, signer=signer, metrics=AuditMetrics(registry))
     try:
@@ -25,7 +25,6 @@ rollback itself failed.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import datetime as dt
@@ -40,88 +39,26 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 from mpigate import __version__
 
-from ._canonical import (
-    ENVELOPE_KEYS,
-    GENESIS_PREV,
-    RECORD_VERSION,
-    canonical_bytes,
-    encode_fragment,
-    format_time,
-    parse_time,
-    record_hash,
-)
-from .errors import AuditClosedError, AuditError, AuditLockedError, AuditWriteError
-from .layout import LOCK_FILE, fsync_dir, list_segments, segment_name, valid_chain_id
+from ._canonical import GENESIS_PREV, RECORD_VERSION, canonical_bytes, format_time, parse_time, record_hash
+from ._claim import claim_chain
+from ._tail import Tail, move_aside, scan_tail
+from ._template import Sentinels, encode_entry
+from .errors import AuditClosedError, AuditWriteError
+from .layout import fsync_dir, list_segments, segment_name
 from .metrics import AuditMetrics
-from .reader import parse_json_object
-from .records import CALLER_STAGES
+from .options import WriterOptions, WrittenRecord
 from .signing import Signer, signed_bytes
 
-__all__ = ["AsyncAuditLog", "AuditLog", "WriterOptions", "WrittenRecord"]
+__all__ = ["AuditLog"]
 
 logger = logging.getLogger(__name__)
-
-# How far back recovery looks for an intact record before giving up on a tail (bytes).
-_TAIL_WINDOW = 1 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class WriterOptions:
-    """Tuning of the writer; :meth:`from_settings` maps ``OrgPolicy.spec.audit``.
-
-    ``checkpoint_every``: records between signed checkpoints. ``rotate_max_bytes`` /
-    ``rotate_max_age_seconds``: a segment is closed (with a ``rotate`` checkpoint) at the first
-    commit after it reached either limit. ``checkpoint_idle_seconds``: sign the head when records
-    have waited that long without a checkpoint and nothing else is queued. ``max_batch_records``:
-    the most records one group commit takes. ``group_commit=False`` writes and fsyncs every record
-    on its own (the benchmark's baseline).
-    """
-
-    checkpoint_every: int = 1000
-    rotate_max_bytes: int = 64 * 1024 * 1024
-    rotate_max_age_seconds: float = 24 * 3600.0
-    checkpoint_idle_seconds: float = 60.0
-    max_batch_records: int = 1024
-    group_commit: bool = True
-
-    def __post_init__(self) -> None:
-        if self.checkpoint_every < 1 or self.max_batch_records < 1:
-            raise ValueError("checkpoint_every and max_batch_records must be at least 1")
-        if self.rotate_max_bytes < 1 or self.rotate_max_age_seconds <= 0:
-            raise ValueError("rotation limits must be positive")
-
-    @staticmethod
-    def from_settings(settings: Any, **overrides: Any) -> WriterOptions:
-        """Options from a :class:`mpigate.config.model.AuditSettings` (``config.org.audit``)."""
-        options = WriterOptions(
-            checkpoint_every=settings.checkpoint_every,
-            rotate_max_bytes=settings.rotate_max_bytes,
-            rotate_max_age_seconds=float(settings.rotate_max_age_seconds),
-        )
-        return replace(options, **overrides) if overrides else options
-
-
-@dataclass(frozen=True, slots=True)
-class WrittenRecord:
-    """A record that is on disk and fsync'ed. ``data`` is the full record as written (envelope and
-    payload); ``segment``/``line`` locate it (1-based line)."""
-
-    chain: str
-    seq: int
-    time: str
-    hash: str
-    prev: str
-    stage: str
-    segment: str
-    line: int
-    data: Mapping[str, Any] = field(repr=False)
 
 
 @dataclass(slots=True)
@@ -149,24 +86,9 @@ class _State:
         return replace(self)
 
 
-@dataclass(frozen=True, slots=True)
-class _Tail:
-    intact_size: int
-    torn: bytes
-    last: dict[str, Any] | None
-    lines: int
-    first_time: float | None
-
-
 def _errno_name(exc: BaseException) -> str:
     code = getattr(exc, "errno", None)
     return errno.errorcode.get(code, "EIO") if isinstance(code, int) else type(exc).__name__
-
-
-def _default_chain_prefix() -> str:
-    host = socket.gethostname().split(".")[0] or "mpigate"
-    cleaned = "".join(c if c.isalnum() or c in "-_" else "-" for c in host).strip("-_") or "mpigate"
-    return cleaned[:100]
 
 
 class AuditLog:
@@ -206,7 +128,7 @@ class AuditLog:
         self._healthy = True
         self._last_commit = time.monotonic()
         self._last_stage = ""
-        self._sentinels = _Sentinels(secrets.token_hex(16))
+        self._sentinels = Sentinels(secrets.token_hex(16))
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ opening
@@ -236,7 +158,7 @@ class AuditLog:
             logger.warning("audit log %s: no signing key; checkpoints are unsigned (development only)", root)
         try:
             root.mkdir(parents=True, exist_ok=True)
-            chain_id, lock_fd = _claim_chain(root, chain)
+            chain_id, lock_fd = claim_chain(root, chain)
         except OSError as exc:
             raise AuditWriteError(f"cannot open audit directory {root}: {exc}", _errno_name(exc)) from exc
         log = cls(
@@ -292,7 +214,7 @@ class AuditLog:
         """Queue ``entry`` and return a future of its :class:`WrittenRecord` (completed after fsync,
         or failed with :class:`AuditWriteError`). Raises ``ValueError`` for an invalid entry and
         :class:`AuditClosedError` after :meth:`close`."""
-        template = _encode_entry(entry, self._chain, self._sentinels)
+        template = encode_entry(entry, self._chain, self._sentinels)
         future: concurrent.futures.Future[WrittenRecord] = concurrent.futures.Future()
         pending = _Pending(entry, template, future, time.monotonic())
         with self._cond:
@@ -668,7 +590,7 @@ class AuditLog:
             self._open_segment(self._chain_dir / segment_name(1), create=True)
             segments = [self._chain_dir / segment_name(1)]
         current = segments[-1]
-        tail = _scan_tail(current)
+        tail = scan_tail(current)
         moved: tuple[str, int] | None = None
         if tail.torn:
             moved = self._move_aside(current, tail)
@@ -676,7 +598,7 @@ class AuditLog:
         for earlier in reversed(segments[:-1]):
             if last is not None:
                 break
-            last = _scan_tail(earlier).last
+            last = scan_tail(earlier).last
         state = _State(segment=current, lines=tail.lines, segment_started=tail.first_time)
         if last is not None:
             state.seq = int(last.get("seq", 0))
@@ -740,296 +662,13 @@ class AuditLog:
             },
         }
 
-    def _move_aside(self, segment: Path, tail: _Tail) -> tuple[str, int]:
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        aside = segment.with_name(f"{segment.name}.torn-{stamp}")
-        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o640)
-        try:
-            os.write(fd, tail.torn)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fd = os.open(segment, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.ftruncate(fd, tail.intact_size)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(segment.parent)
+    def _move_aside(self, segment: Path, tail: Tail) -> tuple[str, int]:
+        name, size = move_aside(segment, tail)
         logger.warning(
             "audit chain %s: moved %d torn byte(s) from the end of %s to %s",
             self._chain,
-            len(tail.torn),
+            size,
             segment.name,
-            aside.name,
+            name,
         )
-        return aside.name, len(tail.torn)
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-@dataclass(frozen=True, slots=True)
-class _Sentinels:
-    """Placeholders (JSON-encoded, with quotes) for the envelope values the writer thread fills in.
-
-    The caller's thread encodes the whole record once, canonically, with these in place of
-    ``seq``/``prev``/``time``/``hash``; the writer thread only substitutes strings. A random token
-    makes them impossible to meet in a payload (checked anyway).
-    """
-
-    token: str
-
-    @property
-    def seq(self) -> str:
-        return f'"@@{self.token}:seq@@"'
-
-    @property
-    def prev(self) -> str:
-        return f'"@@{self.token}:prev@@"'
-
-    @property
-    def time(self) -> str:
-        return f'"@@{self.token}:time@@"'
-
-    @property
-    def hash(self) -> str:
-        return f'"@@{self.token}:hash@@"'
-
-    @property
-    def hash_member(self) -> str:
-        return f',"hash":{self.hash}'
-
-    def placeholders(self) -> dict[str, str]:
-        return {key: f"@@{self.token}:{key}@@" for key in ("seq", "prev", "time", "hash")}
-
-
-def _encode_entry(entry: Mapping[str, Any], chain: str, marks: _Sentinels) -> str:
-    """Validate an entry and encode the whole record once, canonically, with placeholders for the
-    envelope values (the caller's thread does the JSON work)."""
-    if not isinstance(entry, Mapping):
-        raise ValueError(f"an audit entry is a mapping, not {type(entry).__name__}")
-    stage = entry.get("stage")
-    if stage not in CALLER_STAGES:
-        raise ValueError(f"an audit entry needs stage one of {sorted(CALLER_STAGES)}, not {stage!r}")
-    if not isinstance(entry.get("source"), str) or not entry["source"]:
-        raise ValueError("an audit entry needs a non-empty 'source'")
-    reserved = ENVELOPE_KEYS.intersection(entry)
-    if reserved:
-        raise ValueError(f"the writer sets {sorted(reserved)}; an entry must not")
-    for key in entry:
-        if not isinstance(key, str):
-            raise ValueError(f"audit entry keys are strings, not {key!r}")
-    record = {**entry, **marks.placeholders(), "chain": chain, "v": RECORD_VERSION}
-    try:
-        template = encode_fragment(record)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"audit entry is not JSON: {exc}") from exc
-    if template.count(marks.token) != 4:
-        raise ValueError("audit entry contains the writer's placeholder token")
-    return template
-
-
-def _claim_chain(root: Path, chain: str | None) -> tuple[str, int]:
-    """Pick and lock the chain directory. Returns (chain id, lock fd)."""
-    if chain is not None:
-        if not valid_chain_id(chain):
-            raise AuditError(f"invalid chain id {chain!r} (letters, digits, '.', '_', '-')")
-        fd = _try_lock(root / chain)
-        for _ in range(10):
-            if fd is not None:
-                break
-            # A verifier probes the lock for a moment; a live writer holds it for good.
-            time.sleep(0.05)
-            fd = _try_lock(root / chain)
-        if fd is None:
-            raise AuditLockedError(f"audit chain {chain} in {root} is held by another writer")
-        return chain, fd
-    prefix = _default_chain_prefix()
-    candidates = sorted(
-        (p for p in root.glob(f"{prefix}-*") if p.is_dir() and list_segments(p)),
-        key=lambda p: p.stat().st_mtime,
-        reverse=True,
-    )
-    for candidate in candidates:
-        fd = _try_lock(candidate)
-        if fd is not None:
-            return candidate.name, fd
-    while True:
-        name = f"{prefix}-{secrets.token_hex(3)}"
-        if not (root / name).exists():
-            fd = _try_lock(root / name)
-            if fd is not None:
-                return name, fd
-
-
-def _try_lock(chain_dir: Path) -> int | None:
-    chain_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(chain_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _parse_record(line: bytes) -> dict[str, Any] | None:
-    value = parse_json_object(line)
-    return value if value is not None and "seq" in value and "hash" in value else None
-
-
-def _scan_tail(path: Path) -> _Tail:
-    """Find the end of the last intact record of a segment.
-
-    Bytes after the last newline are torn (a write cut short); so are trailing complete lines that
-    are not JSON records (garbage a power loss can leave). A parseable record ends the scan even if
-    its hash is wrong — that is tampering for ``verify`` to report, not a crash to repair.
-    """
-    size = path.stat().st_size
-    with path.open("rb") as fh:
-        window = min(size, _TAIL_WINDOW)
-        while True:
-            fh.seek(size - window)
-            data = fh.read(window)
-            cut = data.rfind(b"\n") + 1  # end of the last complete line within the window
-            last: dict[str, Any] | None = None
-            end = cut
-            while end > 0:
-                start = data.rfind(b"\n", 0, end - 1) + 1
-                if start == 0 and window < size:
-                    break  # the line may start before the window
-                record = _parse_record(data[start : end - 1])
-                if record is not None:
-                    last = record
-                    break
-                end = start
-            if last is not None or window >= size:
-                break
-            window = min(size, window * 2)
-        intact = size - window + end
-        fh.seek(intact)
-        torn = fh.read()
-        fh.seek(0)
-        lines = 0
-        first_time: float | None = None
-        remaining = intact
-        first = fh.readline() if intact else b""
-        if first:
-            record = _parse_record(first.rstrip(b"\n"))
-            if record is not None:
-                with contextlib.suppress(ValueError, TypeError, AttributeError):
-                    first_time = parse_time(str(record.get("time"))).timestamp()
-        fh.seek(0)
-        while remaining > 0:
-            chunk = fh.read(min(remaining, 1 << 20))
-            if not chunk:
-                break
-            lines += chunk.count(b"\n")
-            remaining -= len(chunk)
-    return _Tail(intact_size=intact, torn=torn, last=last, lines=lines, first_time=first_time)
-
-
-class _Deliveries:
-    """Hands the writer thread's completed appends to one event loop, a group at a time.
-
-    ``asyncio.wrap_future`` wakes the loop once per record (``call_soon_threadsafe``: a write to
-    its self-pipe, during which the writer thread gives up the GIL and has to win it back from the
-    busy loop). The writer completes a commit's records one after the other; here the first of
-    them wakes the loop and the others only join the group it will deliver.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self._lock = threading.Lock()
-        self._done: list[tuple[concurrent.futures.Future[WrittenRecord], asyncio.Future[WrittenRecord]]] = []
-        self._wake_scheduled = False
-
-    def watch(
-        self, source: concurrent.futures.Future[WrittenRecord], target: asyncio.Future[WrittenRecord]
-    ) -> None:
-        source.add_done_callback(lambda done: self._completed(done, target))
-
-    def _completed(
-        self, source: concurrent.futures.Future[WrittenRecord], target: asyncio.Future[WrittenRecord]
-    ) -> None:  # any thread: the writer's, or the loop's when already done
-        with self._lock:
-            self._done.append((source, target))
-            if self._wake_scheduled:
-                return
-            self._wake_scheduled = True
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
-            self.loop.call_soon_threadsafe(self._deliver)
-
-    def _deliver(self) -> None:  # the loop's thread
-        with self._lock:
-            done, self._done = self._done, []
-            self._wake_scheduled = False
-        for source, target in done:
-            if target.done():  # the waiting task was cancelled
-                continue
-            if source.cancelled():
-                target.cancel()
-            elif (error := source.exception()) is not None:
-                target.set_exception(error)
-            else:
-                target.set_result(source.result())
-
-
-class AsyncAuditLog:
-    """The asyncio face of :class:`AuditLog` for the aiohttp webhook.
-
-    ``await log.append(entry)`` returns the :class:`WrittenRecord` once it is durable; the event
-    loop keeps serving other requests meanwhile, concurrent appends share one fsync, and the
-    records of one commit are handed back to the loop in one wake-up.
-    """
-
-    def __init__(self, log: AuditLog) -> None:
-        self.log = log
-        self._deliveries: _Deliveries | None = None
-
-    @classmethod
-    async def open(cls, directory: str | Path, **kwargs: Any) -> AsyncAuditLog:
-        """:meth:`AuditLog.open` in a worker thread (recovery may read the last segment)."""
-        log = await asyncio.to_thread(AuditLog.open, directory, **kwargs)
-        return cls(log)
-
-    @property
-    def chain(self) -> str:
-        return self.log.chain
-
-    @property
-    def healthy(self) -> bool:
-        return self.log.healthy
-
-    async def append(self, entry: Mapping[str, Any]) -> WrittenRecord:
-        """Append and wait until durable; raises :class:`AuditWriteError` when not written.
-
-        If the awaiting task is cancelled, the record is dropped when the writer had not taken it
-        yet, and written otherwise — either way no answer was given, so no decision goes
-        unrecorded."""
-        loop = asyncio.get_running_loop()
-        deliveries = self._deliveries
-        if deliveries is None or deliveries.loop is not loop:
-            # appends still waiting on another loop keep the deliveries they were watched with
-            deliveries = self._deliveries = _Deliveries(loop)
-        source = self.log.submit(entry)
-        target: asyncio.Future[WrittenRecord] = loop.create_future()
-        deliveries.watch(source, target)
-        try:
-            return await target
-        except asyncio.CancelledError:
-            source.cancel()  # dropped if the writer has not taken it yet (as asyncio.wrap_future)
-            raise
-
-    async def aclose(self) -> None:
-        """Drain, write the shutdown checkpoint and release the chain."""
-        await asyncio.to_thread(self.log.close)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
+        return name, size
