@@ -64,7 +64,9 @@ async def test_runs_from_a_kubeconfig_and_stops_on_sigterm(
         stderr=asyncio.subprocess.STDOUT,
     )
     try:
-        await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"), timeout=30, what="policy")
+        await wait_for(
+            lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"), timeout=30, what="policy"
+        )
         holder = alive(kmock, *LEASE)["spec"]["holderIdentity"]
         assert holder.startswith("ctl-pod-")
         auth = {

@@ -101,7 +101,7 @@ def test_print_netpol_needs_no_cluster() -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    assert '"name": "mpigate-phi-finetune"' in result.output
+    assert '"name": "mpigate-trainjob.phi-finetune"' in result.output
     assert '"uid": "<uid of the TrainJob>"' in result.output
     stray = CliRunner().invoke(
         controller_command,

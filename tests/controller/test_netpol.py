@@ -12,10 +12,13 @@ from tests.controller.conftest import example_job
 
 from mpigate.config import Config
 from mpigate.controller.netpol import (
+    OWNER_UID_LABEL,
     build_network_policy,
     choose_profile,
     drift,
     merge_patch,
+    owned_by,
+    policy_name,
     repair_patch,
 )
 
@@ -36,7 +39,7 @@ def test_pinned_ports_job_gets_ssh_and_the_pinned_ranges_only(org: Config) -> No
     policy = build_network_policy(org, job)
     assert policy is not None
     validate(policy)
-    assert policy["metadata"]["name"] == "mpigate-phi-finetune"
+    assert policy["metadata"]["name"] == "mpigate-trainjob.phi-finetune"
     assert policy["metadata"]["namespace"] == "nlp-team"
     assert policy["metadata"]["ownerReferences"] == [
         {
@@ -184,3 +187,49 @@ def test_merge_patch_nulls_removed_keys_and_replaces_lists() -> None:
     desired = {"b": {"c": 2}, "l": [1], "n": "x"}
     assert merge_patch(actual, desired) == {"a": None, "b": {"d": None}, "l": [1], "n": "x"}
     assert apply_merge_patch(actual, merge_patch(actual, desired)) == desired
+
+
+def test_policy_labels_carry_the_ownership_label_and_the_jobs_uid(org: Config) -> None:
+    policy = build_network_policy(org, example_job("phi-pinned", uid="6f1c"))
+    assert policy is not None
+    labels = policy["metadata"]["labels"]
+    assert labels["app.kubernetes.io/managed-by"] == "mpigate"
+    assert labels[OWNER_UID_LABEL] == "6f1c"
+
+
+def test_owned_by_needs_the_jobs_uid_not_only_the_name(org: Config) -> None:
+    job = example_job("phi-pinned", uid="6f1c")
+    desired = build_network_policy(org, job)
+    assert desired is not None
+    assert owned_by(stored(desired), job)
+    # the controlling ownerReference alone (someone removed the labels) still proves it
+    unlabelled = stored(desired)
+    unlabelled["metadata"]["labels"] = {}
+    assert owned_by(unlabelled, job)
+    # the ownership label with the uid alone (someone removed the ownerReference) proves it too
+    orphaned = stored(desired)
+    orphaned["metadata"].pop("ownerReferences")
+    assert owned_by(orphaned, job)
+    # a rendered policy of the same name, a previous job of the same name, a forged label without
+    # the uid: not the job's
+    rendered = {
+        "metadata": {
+            "name": desired["metadata"]["name"],
+            "labels": {"app.kubernetes.io/managed-by": "mpigate"},
+        }
+    }
+    assert not owned_by(rendered, job)
+    assert not owned_by(stored(desired), example_job("phi-pinned", uid="another-uid"))
+    forged = stored(desired)
+    forged["metadata"].pop("ownerReferences")
+    forged["metadata"]["labels"][OWNER_UID_LABEL] = "another-uid"
+    assert not owned_by(forged, job)
+    # a job without a uid (not read from the API) owns nothing
+    assert not owned_by(stored(desired), {"metadata": {"name": "phi-finetune"}})
+
+
+def test_per_job_names_cannot_be_names_that_render_writes() -> None:
+    """A TrainJob name is a DNS-1035 label (no dot); the per-job name always holds one."""
+    for job in ("default-deny-jobset", "allow-dns-team-label", "team-quota", "x"):
+        name = policy_name(job)
+        assert name == f"mpigate-trainjob.{job}" and "." in name

@@ -13,15 +13,17 @@ import aiohttp
 import kmock as kmock_lib
 import pytest
 import pytest_asyncio
-from tests.conftest import REPO
+from tests.conftest import REPO, TODAY
 from tests.controller.conftest import example_job
 from tests.controller.kube import NP, PODS, TJ, Api, alive, declare, events, holds, wait_for
 
 from mpigate.admission.kube import KubeConfig
 from mpigate.audit import KeyRing, generate_key, read_chains
+from mpigate.config import load
 from mpigate.controller.leader import LeaseSettings
 from mpigate.controller.metrics import ControllerMetrics
 from mpigate.controller.runner import ControllerOptions, run_controller
+from mpigate.render import render
 
 JOBSET = "jobset.sigs.k8s.io/jobset-name"
 RECONCILES = "mpigate_controller_reconciles_total"
@@ -118,9 +120,15 @@ async def test_policies_for_both_profiles_owned_by_their_jobs(
     await api.create(TJ, "research", trainjob("cpu-smoke", uid="uid-cpu"))  # pinned-ports team
     await api.create(TJ, "cv-team", trainjob("cv-large", uid="uid-cv"))  # namespace lacks mpigate.io/team
 
-    phi = await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-phi-finetune"), what="phi policy")
-    minimal = await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"), what="minimal policy")
-    smoke = await wait_for(lambda: alive(kmock, NP, "research", "mpigate-cpu-smoke"), what="research policy")
+    phi = await wait_for(
+        lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.phi-finetune"), what="phi policy"
+    )
+    minimal = await wait_for(
+        lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"), what="minimal policy"
+    )
+    smoke = await wait_for(
+        lambda: alive(kmock, NP, "research", "mpigate-trainjob.cpu-smoke"), what="research policy"
+    )
 
     pinned = [
         {"protocol": "TCP", "port": 2222},
@@ -154,14 +162,15 @@ async def test_policies_for_both_profiles_owned_by_their_jobs(
     assert (await wait_for(lambda: events(kmock, "nlp-team", "phi-finetune")))[0] == (
         "Normal",
         "NetworkPolicyCreated",
-        "Created NetworkPolicy mpigate-phi-finetune: profile pinned-ports (data classification phi).",
+        "Created NetworkPolicy mpigate-trainjob.phi-finetune: profile pinned-ports "
+        "(data classification phi).",
     )
     # the phi job has no pinned environment (no webhook here): the controller says so
     missing = await wait_for(
         lambda: [e for e in events(kmock, "nlp-team", "phi-finetune") if e[1] == "PinnedPortsEnvMissing"]
     )
     assert "lacks OMPI_MCA_btl_tcp_port_min_v4, OMPI_MCA_btl_tcp_port_range_v4" in missing[0][2]
-    assert alive(kmock, NP, "cv-team", "mpigate-cv-large") is None
+    assert alive(kmock, NP, "cv-team", "mpigate-trainjob.cv-large") is None
     assert events(kmock, "cv-team", "cv-large") == []
 
     # kopf keeps its state in mpigate.io annotations: no status, no finalizers on the TrainJob
@@ -182,7 +191,7 @@ async def test_metrics_endpoint_serves_the_controller_metrics(
     kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
 ) -> None:
     await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
-    await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"))
+    await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"))
     # The policy is visible in the API a moment before the reconcile that made it returns and
     # counts itself: wait for the count, then check that the endpoint exposes it.
     await wait_for(
@@ -207,23 +216,27 @@ async def test_deleted_and_edited_policies_are_restored(
     kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
 ) -> None:
     await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
-    original = await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"))
+    original = await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"))
 
-    await api.delete(NP, "nlp-team", "mpigate-minimal")
-    again = await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"), what="recreated policy")
+    await api.delete(NP, "nlp-team", "mpigate-trainjob.minimal")
+    again = await wait_for(
+        lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"), what="recreated policy"
+    )
     assert again["spec"] == original["spec"]
     assert again["metadata"]["ownerReferences"][0]["uid"] == "uid-min"
     assert (
         "Warning",
         "NetworkPolicyRepaired",
-        "NetworkPolicy mpigate-minimal had been deleted; recreated it.",
+        "NetworkPolicy mpigate-trainjob.minimal had been deleted; recreated it.",
     ) in (await wait_for(lambda: events(kmock, "nlp-team", "minimal")[1:]))
 
     opened = {"spec": {"ingress": [{"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]}}
-    await api.patch(NP, "nlp-team", "mpigate-minimal", opened)
+    await api.patch(NP, "nlp-team", "mpigate-trainjob.minimal", opened)
     restored = await wait_for(
         lambda: (
-            (p := alive(kmock, NP, "nlp-team", "mpigate-minimal")) and p["spec"] == original["spec"] and p
+            (p := alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"))
+            and p["spec"] == original["spec"]
+            and p
         ),
         what="restored spec",
     )
@@ -235,7 +248,7 @@ async def test_deleted_and_edited_policies_are_restored(
         (
             "Warning",
             "NetworkPolicyRepaired",
-            "NetworkPolicy mpigate-minimal had been changed (spec); restored it.",
+            "NetworkPolicy mpigate-trainjob.minimal had been changed (spec); restored it.",
         )
     ]
     await wait_for(
@@ -254,16 +267,16 @@ async def test_policy_unlabelled_by_someone_is_restored_by_the_resync(
     running = start(options_for(kmock, tmp_path, key_file, resync_seconds=0.5))
     try:
         await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
-        await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"))
+        await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"))
         await api.patch(
             NP,
             "nlp-team",
-            "mpigate-minimal",
+            "mpigate-trainjob.minimal",
             {"metadata": {"labels": {"app.kubernetes.io/managed-by": None}}},
         )
         await wait_for(
             lambda: (
-                alive(kmock, NP, "nlp-team", "mpigate-minimal")["metadata"]["labels"].get(
+                alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal")["metadata"]["labels"].get(
                     "app.kubernetes.io/managed-by"
                 )
                 == "mpigate"
@@ -274,7 +287,7 @@ async def test_policy_unlabelled_by_someone_is_restored_by_the_resync(
         repaired = (
             "Warning",
             "NetworkPolicyRepaired",
-            "NetworkPolicy mpigate-minimal had been changed (labels); restored it.",
+            "NetworkPolicy mpigate-trainjob.minimal had been changed (labels); restored it.",
         )
         await wait_for(lambda: repaired in events(kmock, "nlp-team", "minimal"), what="the repair Event")
     finally:
@@ -293,7 +306,7 @@ async def test_500_on_create_is_reported_and_retried(
         lambda: [e for e in events(kmock, "nlp-team", "minimal") if e[1] == "NetworkPolicyFailed"]
     )
     assert failed[0][0] == "Warning"
-    assert "Could not create or repair NetworkPolicy mpigate-minimal: POST" in failed[0][2]
+    assert "Could not create or repair NetworkPolicy mpigate-trainjob.minimal: POST" in failed[0][2]
     assert "HTTP 500" in failed[0][2]
     await wait_for(
         lambda: (
@@ -311,26 +324,36 @@ async def test_500_on_create_is_reported_and_retried(
         and "status" not in r.data
     ]
     assert any('"retries":1' in p and "HTTP 500" in p for p in progress if p)
-    policy = alive(kmock, NP, "nlp-team", "mpigate-minimal")
+    policy = alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal")
     assert policy["metadata"]["ownerReferences"][0]["uid"] == "uid-min"
 
 
-async def test_409_on_create_reads_compares_and_repairs(
+async def test_409_on_create_reads_compares_and_repairs_its_own_policy(
     kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
 ) -> None:
-    """Someone created a policy of that name between the controller's read and its create."""
-    squatter = {
+    """The job's own policy (its ownership label and uid: e.g. written by the previous leader)
+    appeared between the controller's read and its create: it is read, compared and repaired."""
+    earlier = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": "mpigate-minimal", "namespace": "nlp-team", "labels": {"owner.example/x": "y"}},
+        "metadata": {
+            "name": "mpigate-trainjob.minimal",
+            "namespace": "nlp-team",
+            "labels": {
+                "owner.example/x": "y",
+                "app.kubernetes.io/managed-by": "mpigate",
+                "mpigate.io/trainjob-uid": "uid-min",
+            },
+        },
         "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]},
     }
-    kmock.objects[NP, "nlp-team", "mpigate-minimal"] = squatter
-    kmock["get", "/apis/networking.k8s.io/v1/namespaces/nlp-team/networkpolicies/mpigate-minimal"][:1] << 404
+    kmock.objects[NP, "nlp-team", "mpigate-trainjob.minimal"] = earlier
+    path = "/apis/networking.k8s.io/v1/namespaces/nlp-team/networkpolicies/mpigate-trainjob.minimal"
+    kmock["get", path][:1] << 404
     await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
     repaired = await wait_for(
         lambda: (
-            (p := alive(kmock, NP, "nlp-team", "mpigate-minimal"))
+            (p := alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"))
             and p["metadata"].get("ownerReferences")
             and p
         ),
@@ -347,6 +370,85 @@ async def test_409_on_create_reads_compares_and_repairs(
         )
     )
     assert controller.metric("mpigate_controller_errors_total", kind="networkpolicy", reason="http-409") == 0
+
+
+SQUATTER: dict[str, Any] = {
+    "apiVersion": "networking.k8s.io/v1",
+    "kind": "NetworkPolicy",
+    "metadata": {
+        "name": "mpigate-trainjob.minimal",
+        "namespace": "nlp-team",
+        # mpigate's labels, but another job's uid (or none): not this job's policy
+        "labels": {"app.kubernetes.io/managed-by": "mpigate", "mpigate.io/trainjob": "minimal"},
+    },
+    "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]},
+}
+CONFLICT = "mpigate_controller_conflicts_total"
+
+
+@pytest.mark.parametrize("race", [False, True], ids=["present", "created-between-read-and-create"])
+async def test_a_policy_the_job_does_not_own_is_a_conflict_never_a_rewrite(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller, race: bool
+) -> None:
+    """An object under the job's policy name without the job's uid (another tool's, a forged one, a
+    previous job's) is reported — a Warning Event on the TrainJob and a metric — and left as it is."""
+    path = "/apis/networking.k8s.io/v1/namespaces/nlp-team/networkpolicies/mpigate-trainjob.minimal"
+    if race:
+        kmock.objects[NP, "nlp-team", "mpigate-trainjob.minimal"] = SQUATTER
+        kmock["get", path][:1] << 404
+    else:
+        await api.create(NP, "nlp-team", SQUATTER)
+    before = alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal")
+    await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
+    conflict = await wait_for(
+        lambda: [e for e in events(kmock, "nlp-team", "minimal") if e[1] == "NetworkPolicyConflict"],
+        what="the conflict Event",
+    )
+    assert conflict[0][0] == "Warning"
+    assert (
+        "NetworkPolicy mpigate-trainjob.minimal exists but does not belong to this TrainJob" in conflict[0][2]
+    )
+    await wait_for(lambda: controller.metric(CONFLICT, kind="networkpolicy") >= 1, what="the metric")
+    assert (
+        controller.metric("mpigate_controller_reconciles_total", kind="networkpolicy", result="conflict") >= 1
+    )
+    assert await holds(lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal") == before, window=0.5)
+    assert not list(kmock["patch", path]) and not list(kmock["put", path]) and not list(kmock["delete", path])
+
+
+async def test_a_job_named_like_a_rendered_policy_leaves_that_policy_alone(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
+) -> None:
+    """Issue 16 item 5: a TrainJob named `default-deny-jobset` made the controller "repair" the
+    namespace's rendered `mpigate-default-deny-jobset` (its selector became the job's pods and it
+    gained an ownerReference, so deleting the job garbage-collected the namespace's default deny).
+    The job now gets its own `mpigate-trainjob.default-deny-jobset`; the rendered one is untouched."""
+    rendering = render(load(REPO, today=TODAY), today=TODAY)
+    (deny,) = [
+        o.data
+        for o in rendering.objects
+        if o.data["kind"] == "NetworkPolicy"
+        and o.data["metadata"]
+        == {**o.data["metadata"], "name": "mpigate-default-deny-jobset", "namespace": "nlp-team"}
+    ]
+    await api.create(NP, "nlp-team", deny)
+    before = alive(kmock, NP, "nlp-team", "mpigate-default-deny-jobset")
+    job = trainjob("minimal", uid="uid-hijack")
+    job["metadata"]["name"] = "default-deny-jobset"
+    await api.create(TJ, "nlp-team", job)
+    own = await wait_for(
+        lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.default-deny-jobset"), what="the job's policy"
+    )
+    assert own["spec"]["podSelector"] == {"matchLabels": {JOBSET: "default-deny-jobset"}}
+    assert own["metadata"]["ownerReferences"][0]["uid"] == "uid-hijack"
+    rendered_path = (
+        "/apis/networking.k8s.io/v1/namespaces/nlp-team/networkpolicies/mpigate-default-deny-jobset"
+    )
+    assert await holds(
+        lambda: alive(kmock, NP, "nlp-team", "mpigate-default-deny-jobset") == before, window=0.5
+    )
+    assert not list(kmock["patch", rendered_path])
+    assert "ownerReferences" not in before["metadata"]
 
 
 def pod(
@@ -538,8 +640,8 @@ async def test_only_the_lease_holder_acts_and_a_standby_takes_over(
             lambda: second.metric(RECONCILES, kind="networkpolicy", result="unchanged"),
             what="b has seen the policy",
         )
-        await api.delete(NP, "nlp-team", "mpigate-minimal")
-        await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"), what="b repairs")
+        await api.delete(NP, "nlp-team", "mpigate-trainjob.minimal")
+        await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"), what="b repairs")
         repaired = await wait_for(
             lambda: [
                 r.data for r in kmock["post", events_path] if r.data["reportingInstance"] == "controller-b"
@@ -585,12 +687,12 @@ async def test_policy_garbage_collected_with_its_job_is_not_recreated(
     kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
 ) -> None:
     await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
-    await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal"))
+    await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"))
     await api.delete(TJ, "nlp-team", "minimal")
-    await api.delete(NP, "nlp-team", "mpigate-minimal")  # what the garbage collector does
+    await api.delete(NP, "nlp-team", "mpigate-trainjob.minimal")  # what the garbage collector does
     await wait_for(
         lambda: controller.metric("mpigate_controller_lifecycle_records_total", event="deleted") == 1
     )
     # a negative claim needs a window: a wrong recreation would show within it
-    assert await holds(lambda: alive(kmock, NP, "nlp-team", "mpigate-minimal") is None, window=0.5)
+    assert await holds(lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal") is None, window=0.5)
     assert [e[1] for e in events(kmock, "nlp-team", "minimal")] == ["NetworkPolicyCreated"]

@@ -479,6 +479,30 @@ def test_label_values_must_be_text(example_config, tmp_path: Path) -> None:
     )
 
 
+def test_rendered_network_policies_never_take_a_per_job_name(
+    example_config, example_rendering: Rendering, tmp_path: Path
+) -> None:
+    """The controller's per-job policies are `mpigate-trainjob.<job>`; a rendered NetworkPolicy can
+    never be named like one (issue 16 item 5: a TrainJob named default-deny-jobset took over the
+    namespace's `mpigate-default-deny-jobset`)."""
+    from mpigate.controller.netpol import POLICY_PREFIX, policy_name
+
+    names = [p["metadata"]["name"] for p in _objects(example_rendering, "NetworkPolicy")]
+    assert names and all("." not in name for name in names)
+    assert all(policy_name(name.removeprefix("mpigate-")) != name for name in names)
+    assert POLICY_PREFIX.endswith(".")
+    extra = tmp_path / "cluster"
+    extra.mkdir()
+    (extra / "np.yaml.j2").write_text(
+        "---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n"
+        "metadata: {name: mpigate-trainjob.llm, namespace: nlp-team}\nspec: {podSelector: {}}\n"
+    )
+    with pytest.raises(RenderError) as caught:
+        render(example_config, template_dirs=[tmp_path], today=TODAY)
+    (problem,) = caught.value.problems
+    assert "rendered NetworkPolicy names may not hold a dot" in problem.message
+
+
 def test_an_object_rendered_twice_is_an_error(example_config, tmp_path: Path) -> None:
     extra = tmp_path / "cluster"
     extra.mkdir()

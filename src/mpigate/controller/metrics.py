@@ -18,7 +18,7 @@ class ControllerMetrics:
         self.reconciles = Counter(
             "mpigate_controller_reconciles",
             "Reconciliations, by kind (networkpolicy, lifecycle, evidence) and result (created, "
-            "repaired, unchanged, recorded, skipped, error).",
+            "repaired, unchanged, conflict, recorded, skipped, error).",
             ["kind", "result"],
             registry=r,
         )
@@ -26,6 +26,13 @@ class ControllerMetrics:
             "mpigate_controller_errors",
             "Failed reconciliations, by kind and reason (http-409, http-500, timeout, audit, ...).",
             ["kind", "reason"],
+            registry=r,
+        )
+        self.conflicts = Counter(
+            "mpigate_controller_conflicts",
+            "Objects found under the name of an object the controller would manage, but not owned by "
+            "it (left unchanged), by kind; counted every time one is seen.",
+            ["kind"],
             registry=r,
         )
         self.duration = Histogram(

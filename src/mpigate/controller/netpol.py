@@ -1,6 +1,6 @@
 """The per-TrainJob NetworkPolicy, as a pure function of the config and the TrainJob.
 
-One NetworkPolicy ``mpigate-<job>`` per TrainJob in a team namespace, owned by the TrainJob
+One NetworkPolicy ``mpigate-trainjob.<job>`` per TrainJob in a team namespace, owned by the TrainJob
 (Kubernetes garbage-collects it with the job). It selects the job's pods by JobSet's label
 ``jobset.sigs.k8s.io/jobset-name`` (every pod of a TrainJob carries it, the MPI launcher included)
 and allows, in both directions, only traffic among those pods — all TCP for the ``isolated``
@@ -10,6 +10,15 @@ documented in docs/networking.md and docs/controller.md.
 
 Every field is written in the form the API server stores (explicit ``protocol``, explicit
 ``policyTypes``), so that comparing the desired object with the stored one finds real drift only.
+
+The controller touches only what it owns. The name cannot collide with an object ``mpigate
+render`` writes: a per-job name holds a dot (``mpigate-trainjob.`` + the job's name), rendered names
+never do (tests/render checks every rendered name), and NetworkPolicy names are DNS subdomains
+(Kubernetes ``pkg/apis/networking/validation`` ``ValidateNetworkPolicyName``: ``NameIsDNSSubdomain``)
+while TrainJob names are DNS-1035 labels (the Trainer CRD's CEL rule), so ``<job>`` itself never
+holds one. And an object found under that name is the job's only when :func:`owned_by` says so (its
+controlling ownerReference, or mpigate's ownership label together with the job's uid); anything
+else there is a conflict that the reconciler reports and never rewrites.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ __all__ = [
     "JOBSET_NAME_LABEL",
     "MANAGED_BY_LABEL",
     "MANAGED_BY_VALUE",
+    "OWNER_UID_LABEL",
+    "POLICY_PREFIX",
     "PROFILE_ANNOTATION",
     "PROFILE_REASON_ANNOTATION",
     "TRAINJOB_LABEL",
@@ -38,6 +49,7 @@ __all__ = [
     "drift",
     "egress_rules",
     "merge_patch",
+    "owned_by",
     "owner_reference",
     "policy_name",
     "repair_patch",
@@ -48,6 +60,11 @@ CLASSIFICATION_LABEL: Final = "mpigate.io/data-classification"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "mpigate"
 TRAINJOB_LABEL: Final = "mpigate.io/trainjob"
+#: The uid of the TrainJob a managed object belongs to (with MANAGED_BY_LABEL: the ownership label).
+OWNER_UID_LABEL: Final = "mpigate.io/trainjob-uid"
+#: Per-job objects are named ``POLICY_PREFIX + <job>``: the dot keeps them apart from every rendered
+#: name (see the module docstring).
+POLICY_PREFIX: Final = "mpigate-trainjob."
 TEAM_LABEL: Final = "mpigate.io/team"
 PROFILE_ANNOTATION: Final = "mpigate.io/network-profile"
 PROFILE_REASON_ANNOTATION: Final = "mpigate.io/network-profile-reason"
@@ -72,8 +89,30 @@ class ProfileChoice:
 
 
 def policy_name(job: str) -> str:
-    """The NetworkPolicy's name for TrainJob ``job``."""
-    return f"mpigate-{job}"
+    """The NetworkPolicy's name for TrainJob ``job`` (``mpigate-trainjob.<job>``)."""
+    return f"{POLICY_PREFIX}{job}"
+
+
+def owned_by(obj: Mapping[str, Any], trainjob: Mapping[str, Any]) -> bool:
+    """Whether ``obj`` belongs to ``trainjob`` (this very job: the same uid).
+
+    Either its controlling ownerReference names the job's uid, or it carries mpigate's ownership
+    label (``app.kubernetes.io/managed-by: mpigate``) together with ``mpigate.io/trainjob-uid`` set to
+    that uid. A name match alone proves nothing: a rendered object, another tool's or a previous job
+    of the same name (until the garbage collector removes it) is not the job's.
+    """
+    uid = _mapping(trainjob.get("metadata")).get("uid")
+    if not isinstance(uid, str) or not uid:
+        return False
+    meta = _mapping(obj.get("metadata"))
+    if any(r.get("uid") == uid for r in _controller_refs(meta)):
+        return True
+    labels = _mapping(meta.get("labels"))
+    return labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE and labels.get(OWNER_UID_LABEL) == uid
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def choose_profile(config: Config, team: Team, labels: Mapping[str, Any]) -> ProfileChoice:
@@ -165,6 +204,7 @@ def build_network_policy(
                 "app.kubernetes.io/part-of": "mpigate",
                 TRAINJOB_LABEL: name,
                 TEAM_LABEL: team.name,
+                **({OWNER_UID_LABEL: uid} if isinstance(uid := meta.get("uid"), str) and uid else {}),
             },
             "annotations": {
                 PROFILE_ANNOTATION: choice.profile.name,

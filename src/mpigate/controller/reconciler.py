@@ -2,7 +2,9 @@
 
 - :meth:`Reconciler.ensure_network_policy`: create the job's NetworkPolicy, or repair it when it
   drifted (idempotent: re-delivered events find nothing to do; a 409 on create is read and
-  compared).
+  compared). Only a policy the job owns (:func:`netpol.owned_by`) is ever patched: anything else
+  under its name is a conflict, reported as a ``NetworkPolicyConflict`` Event on the TrainJob and
+  the ``mpigate_controller_conflicts_total`` metric, and left as it is.
 - :meth:`Reconciler.on_trainjob_event` / :meth:`on_pod_event`: lifecycle records (with GPU-seconds)
   and placement evidence, each exactly once per transition or pod: what was recorded is kept in the
   TrainJob's annotations ``mpigate.io/lifecycle`` and ``mpigate.io/evidence`` and, for the life
@@ -51,6 +53,7 @@ from .netpol import (
     TRAINJOB_LABEL,
     build_network_policy,
     drift,
+    owned_by,
     repair_patch,
 )
 from .recording import Recorder
@@ -132,6 +135,8 @@ class Reconciler:
         self._gpus: dict[str, JobGpus] = {}
         self._locks: dict[Key, asyncio.Lock] = {}
         self._policies_seen: set[Key] = set()
+        # (TrainJob uid, conflicting object's uid) already reported with an Event.
+        self._conflicts_reported: set[tuple[str, str]] = set()
         self._deleted: OrderedDict[str, None] = OrderedDict()
         # Deletions whose record could not be written yet (the object is gone; resync retries).
         self._pending_deletions: dict[str, Mapping[str, Any]] = {}
@@ -178,7 +183,8 @@ class Reconciler:
 
     async def ensure_network_policy(self, trainjob: Mapping[str, Any], *, cause: str = "") -> str:
         """Create or repair the job's NetworkPolicy. Returns ``created``, ``repaired``,
-        ``unchanged`` or ``skipped``; raises :class:`KubeError` (retry) when the API fails."""
+        ``unchanged``, ``conflict`` (an object the job does not own holds the name: reported, left
+        alone) or ``skipped``; raises :class:`KubeError` (retry) when the API fails."""
         started = time.monotonic()
         key = _key(trainjob)
         try:
@@ -225,6 +231,9 @@ class Reconciler:
                     self._policies_seen.add(key)
                     await self._announce_created(trainjob, desired, recreated, cause)
                     return "created"
+            if not owned_by(actual, trainjob):
+                await self._conflict(trainjob, name, actual)
+                return "conflict"
             self._policies_seen.add(key)
             found = drift(desired, actual)
             if not found:
@@ -291,6 +300,41 @@ class Reconciler:
         env = trainer.get("env") if isinstance(trainer, Mapping) else None
         names = {e.get("name") for e in env if isinstance(e, Mapping)} if isinstance(env, list) else set()
         return [name for name, _ in profile.openmpi_env if name not in names]
+
+    async def _conflict(self, trainjob: Mapping[str, Any], name: str, actual: Mapping[str, Any]) -> None:
+        """An object the job does not own holds the job's policy name: count it every time it is
+        seen (an alert can watch the rate), say so once per job and object, and change nothing."""
+        self.metrics.conflicts.labels("networkpolicy").inc()
+        seen = (str(_meta(trainjob).get("uid") or ""), str(_meta(actual).get("uid") or ""))
+        if seen in self._conflicts_reported:
+            return
+        self._conflicts_reported.add(seen)
+        namespace = _key(trainjob)[0]
+        refs = _meta(actual).get("ownerReferences")
+        owner = next(
+            (
+                f"{r.get('kind')} {r.get('name')}"
+                for r in (refs if isinstance(refs, list) else [])
+                if isinstance(r, Mapping) and r.get("controller")
+            ),
+            "no controlling owner",
+        )
+        log.warning(
+            "NetworkPolicy %s/%s is not TrainJob %s's (%s): left unchanged",
+            namespace,
+            name,
+            _key(trainjob)[1],
+            owner,
+        )
+        await self.events.post(
+            trainjob,
+            "Warning",
+            "NetworkPolicyConflict",
+            f"NetworkPolicy {name} exists but does not belong to this TrainJob ({owner}; no mpigate "
+            "ownership label with this job's uid). mpigate left it unchanged, so the job's pods get no "
+            "per-job policy from mpigate (the namespace's default deny still applies): delete or rename "
+            f"that NetworkPolicy, or ask the platform team.",
+        )
 
     async def _failed(self, trainjob: Mapping[str, Any], name: str, exc: KubeError) -> None:
         await self.events.post(
@@ -370,6 +414,7 @@ class Reconciler:
         self._policies_seen.discard(key)
         for memo in (self._history, self._evidence, self._gpus):
             memo.pop(uid, None)
+        self._conflicts_reported = {c for c in self._conflicts_reported if c[0] != uid}
         if uid:
             self._deleted[uid] = None
             while len(self._deleted) > _DELETED_MEMORY:

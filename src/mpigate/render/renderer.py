@@ -99,6 +99,15 @@ def _check_object(doc: Any, line: int, source: str, where: str) -> list[RenderPr
         problems.append(problem("has no metadata.name"))
     elif "namespace" in meta and not isinstance(meta["namespace"], str):
         problems.append(problem("has a metadata.namespace that is not text"))
+    elif doc.get("kind") == "NetworkPolicy" and "." in meta["name"]:
+        # Names with a dot belong to the controller's per-job policies (`mpigate-trainjob.<job>`,
+        # controller/netpol.py): a rendered one could be taken for a job's and a job's for it.
+        problems.append(
+            problem(
+                f"is a NetworkPolicy named {meta['name']!r}: rendered NetworkPolicy names may not hold "
+                "a dot (those are reserved for the controller's per-job policies)"
+            )
+        )
     else:
         for field in ("labels", "annotations"):
             values = meta.get(field)
