@@ -74,7 +74,7 @@ def test_evaluation_copies_less_than_one_runtime(path: Path, monkeypatch: pytest
         return copy_json(value)
 
     # Every module that copies documents imports copy_json by name; smp's own recursion is not counted.
-    for name in ("mpigate.trainjob.resolve", "mpigate.policy.jsonpatch"):
+    for name in ("mpigate.trainjob.runtime", "mpigate.policy.jsonpatch"):
         monkeypatch.setattr(importlib.import_module(name), "copy_json", counting)
     decision = evaluate(config, request(obj), None, NOW)
     # what is copied is the patch's values, nothing else
@@ -94,10 +94,10 @@ def test_runtimes_are_prepared_once_per_config(caplog: pytest.LogCaptureFixture)
         return [
             r.getMessage().removeprefix("preparing runtime ")
             for r in caplog.records
-            if r.name == "mpigate.trainjob.resolve" and r.getMessage().startswith("preparing runtime ")
+            if r.name == "mpigate.trainjob.runtime" and r.getMessage().startswith("preparing runtime ")
         ]
 
-    with caplog.at_level(logging.DEBUG, logger="mpigate.trainjob.resolve"):
+    with caplog.at_level(logging.DEBUG, logger="mpigate.trainjob.runtime"):
         for _ in range(3):
             for obj in jobs:
                 evaluate(config, request(obj), None, NOW)
