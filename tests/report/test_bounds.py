@@ -29,16 +29,19 @@ def validate(i: int, day: int = 1) -> AuditEntry:
     )
 
 
-def state_size(builder: ReportBuilder) -> dict[str, int]:
-    """Entries held by every container attribute of the builder."""
+def state_size(part: object, prefix: str = "") -> dict[str, int]:
+    """Entries held by every container attribute of the builder and of the parts it is made of."""
     sizes = {}
-    for name, value in vars(builder).items():
+    for name, value in vars(part).items():
+        key = prefix + name
         if isinstance(value, dict | set | list | deque):
-            sizes[name] = len(value)
+            sizes[key] = len(value)
         elif isinstance(value, LimitedCounter):
-            sizes[name] = len(value.counts)
+            sizes[key] = len(value.counts)
         elif isinstance(value, KeyedSamples):
-            sizes[name] = sum(len(v) for v in value.samples.values())
+            sizes[key] = sum(len(v) for v in value.samples.values())
+        elif hasattr(value, "__dict__") and type(value).__module__.startswith("mpigate.report."):
+            sizes.update(state_size(value, key + "."))
     return sizes
 
 
@@ -50,8 +53,8 @@ def test_state_does_not_grow_with_records() -> None:
     for i in range(20_000):
         large.add_entry(validate(i))
     assert state_size(small) == state_size(large)
-    assert len(large.actors.counts) == 51  # 50 users + "(others)"
-    assert large.actors.overflowed == 20_000 - 50
+    assert len(large.activity.actors.counts) == 51  # 50 users + "(others)"
+    assert large.activity.actors.overflowed == 20_000 - 50
     report = large.finish()
     assert report["totals"]["decisions"]["denied"] == 6_667  # exact although the samples are not
     assert report["limits"]["actorsOverflowed"] == 20_000 - 50
