@@ -128,14 +128,14 @@ def test_cli_diff_against_a_git_ref(git_org: Path) -> None:
         (git_org / "quotas" / "research-team.yaml")
         .read_text()
         .replace("research-team", "new-team")
-        .replace("[research]", "[new-ns]"),
+        .replace("[research]", "[new-team-ns]"),
         encoding="utf-8",
     )
     result = runner.invoke(cli, ["diff", str(git_org), "--against", "main"])
     assert result.exit_code == 1, result.output
     lines = result.output.splitlines()
     assert "+ ClusterQueue new-team (kueue.x-k8s.io/v1beta2)" in lines
-    assert "+ Namespace new-ns (v1)" in lines
+    assert "+ Namespace new-team-ns (v1)" in lines
     assert "~ ClusterQueue nlp-team (kueue.x-k8s.io/v1beta2)" in lines
     assert "-  cohortName: research-pool" in lines
     assert "-        borrowingLimit: 0" in lines  # no cohort: no borrowing limits

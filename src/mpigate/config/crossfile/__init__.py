@@ -14,10 +14,13 @@ from mpigate.config.problems import Location, Problem
 from .access import check_access, check_personas
 from .base import Collector, Entry, Tree, name_of, where_of
 from .exceptions import check_exceptions
+from .namespaces import SYSTEM_NAMESPACES, check_namespaces
 from .network import check_networks
 from .org import check_flavors, check_org
+from .ownership import check_ownership
 from .policytests import check_tests
-from .quotas import SYSTEM_NAMESPACES, check_quotas
+from .quotalimits import check_quota_limits
+from .quotas import check_quotas
 from .runtimes import check_runtimes
 
 __all__ = ["SYSTEM_NAMESPACES", "Entry", "cross_file_problems"]
@@ -68,13 +71,16 @@ def cross_file_problems(
         team_names={n for n in (name_of(e) for e in quotas) if n},
         today=today or dt.datetime.now(dt.UTC).date(),
     )
+    check_ownership(c, tree, (e for entries in by_kind.values() for e in entries))
     check_org(c, tree)
     check_flavors(c, tree)
     check_quotas(c, tree)
+    check_namespaces(c, tree)
+    check_quota_limits(c, tree)
     check_personas(c, tree)
     check_access(c, tree, list(by_kind.get("TeamAccess", [])))
     check_networks(c, tree, list(by_kind.get("TeamNetwork", [])))
-    check_exceptions(c, tree, list(by_kind.get("PolicyException", [])))
+    check_exceptions(c, tree, list(by_kind.get("PolicyException", [])), list(by_kind.get("TeamAccess", [])))
     check_runtimes(c, tree, [*by_kind.get("ClusterTrainingRuntime", []), *by_kind.get("TrainingRuntime", [])])
     check_tests(c, tree, list(by_kind.get("PolicyTest", [])))
     return c.problems

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from mpigate.config.problems import PathPart
 
 from .base import Collector, Entry, Tree, check_unique, team_of
@@ -26,6 +29,7 @@ def check_personas(c: Collector, tree: Tree) -> None:
     doc = tree.personas_doc
     if doc is None:
         return
+    org_forbidden: Sequence[Mapping[str, Any]] = tree.org_spec["personas"]["forbidden"] if tree.org else ()
     for name, persona in doc.data["spec"]["personas"].items():
         for i, rule in enumerate(persona["rules"]):
             groups = rule.get("apiGroups", [])
@@ -68,6 +72,54 @@ def check_personas(c: Collector, tree: Tree) -> None:
                     "nonResourceURLs cannot be granted in a namespace",
                     "rbac.non-resource",
                 )
+            for entry in org_forbidden:
+                held = _held(rule, entry)
+                if held is not None:
+                    c.error(
+                        doc,
+                        path,
+                        f"personas may not hold {held}: {entry['reason']}",
+                        "rbac.forbidden",
+                        "OrgPolicy spec.personas.forbidden lists what no persona may hold",
+                    )
+
+
+def _resource_matches(granted: str, pattern: str) -> bool:
+    if "*" in (granted, pattern) or granted == pattern:
+        return True
+    return pattern.endswith("/*") and granted.startswith(pattern[:-1])
+
+
+def _held(rule: Mapping[str, Any], forbidden: Mapping[str, Any]) -> str | None:
+    """What of ``forbidden`` the RBAC ``rule`` grants (``"get, list on secrets"``), or None: a rule
+    holds an entry when it shares an API group, a resource and a verb with it (``*`` on either side
+    matches all)."""
+    groups = rule.get("apiGroups") or []
+    if not ("*" in forbidden["apiGroups"] or "*" in groups or set(groups) & set(forbidden["apiGroups"])):
+        return None
+    resources = [
+        r for r in rule.get("resources") or [] if any(_resource_matches(r, f) for f in forbidden["resources"])
+    ]
+    verbs = [v for v in rule["verbs"] if v == "*" or "*" in forbidden["verbs"] or v in forbidden["verbs"]]
+    if not resources or not verbs:
+        return None
+    return f"{', '.join(verbs)} on {', '.join(resources)}"
+
+
+def _broad_subject(kind: str, name: str, namespaces: set[str]) -> str | None:
+    """Why a TeamAccess subject reaches beyond the team, or None. Kubernetes reserves the
+    ``system:`` prefix: its groups hold every authenticated or anonymous caller, every service
+    account of the cluster or of a namespace; its users are anonymous callers and components."""
+    if not name.startswith("system:"):
+        return None
+    parts = name.split(":")
+    if kind == "groups":
+        if len(parts) == 3 and parts[1] == "serviceaccounts" and parts[2] in namespaces:
+            return None  # every service account of one of the team's own namespaces
+        return "a cluster-wide group (Kubernetes' system: groups hold callers from every team)"
+    if len(parts) == 4 and parts[1] == "serviceaccount":
+        return None  # one service account, named as the API server names it
+    return "a Kubernetes system user (anonymous callers or cluster components)"
 
 
 def check_access(c: Collector, tree: Tree, access: list[Entry]) -> None:
@@ -83,7 +135,8 @@ def check_access(c: Collector, tree: Tree, access: list[Entry]) -> None:
             f"team {team!r} does not exist (no TeamQuota)",
             "ref.team",
         )
-        for persona in entry.data["spec"]["members"]:
+        namespaces = tree.team_namespaces.get(team, set())
+        for persona, members in entry.data["spec"]["members"].items():
             c.ref(
                 entry,
                 ["spec", "members", persona],
@@ -92,6 +145,17 @@ def check_access(c: Collector, tree: Tree, access: list[Entry]) -> None:
                 f"persona {persona!r} does not exist",
                 "ref.persona",
             )
+            for kind in ("users", "groups"):
+                for i, name in enumerate(members[kind]):
+                    why = _broad_subject(kind, name, namespaces)
+                    if why is not None:
+                        c.error(
+                            entry,
+                            ["spec", "members", persona, kind, i],
+                            f"{name!r} is {why}; TeamAccess grants a persona to the team's own people",
+                            "rbac.subject",
+                            "name the team's users and groups, or its service accounts under serviceAccounts",
+                        )
     with_access = {team_of(e) for e in valid}
     for entry in tree.valid_quotas:
         name = entry.data["metadata"]["name"]

@@ -1,17 +1,59 @@
-"""PolicyException: team, rules, namespaces and expiry."""
+"""PolicyException: team, rules, namespaces and expiry, and the second person.
+
+An exception waives rules for a team's jobs, so the team must not grant it to itself: the approver
+is not a member of the benefiting team (as far as the tree knows members: the users, service
+accounts and groups of its TeamAccess; who is in a group is the identity provider's business and
+cannot be checked here), is one of the org's approvers when the OrgPolicy lists them, and every
+exception names the rules it waives, has a match condition and ends within the org's bound
+(``OrgPolicy.spec.exceptions``). The file itself sits in the security team's folder (ownership).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from mpigate.catalogue import expand_rule_pattern, rule_ids
+from mpigate.config.units import parse_duration
 
-from .base import Collector, Entry, Tree, check_unique, did_you_mean, name_of
+from .base import Collector, Entry, Tree, check_unique, did_you_mean, name_of, team_of
+
+__all__ = ["check_exceptions", "team_members"]
 
 
-def check_exceptions(c: Collector, tree: Tree, exceptions: list[Entry]) -> None:
+def team_members(access: Iterable[Entry], team: str) -> dict[str, str]:
+    """The subjects a team's TeamAccess names, case-folded, each with how it is named there
+    (``user maria@acme.example as data-scientist``)."""
+    members: dict[str, str] = {}
+    for entry in access:
+        if not entry.valid or team_of(entry) != team:
+            continue
+        for persona, who in entry.data["spec"]["members"].items():
+            for user in who["users"]:
+                members[user.casefold()] = f"user {user} ({persona})"
+            for group in who["groups"]:
+                members[group.casefold()] = f"group {group} ({persona})"
+            for sa in who["serviceAccounts"]:
+                members[sa.casefold()] = f"service account {sa} ({persona})"
+    return members
+
+
+def _service_account_name(user: str) -> str | None:
+    """``system:serviceaccount:<namespace>:<name>`` → name (how the API server names them)."""
+    parts = user.split(":")
+    return parts[3] if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"] else None
+
+
+def _matches_everything(match: Mapping[str, Any]) -> bool:
+    names = match.get("trainJobNames") or ()
+    return not (any(set(n) != {"*"} for n in names) or match.get("namespaces") or match.get("labels"))
+
+
+def check_exceptions(c: Collector, tree: Tree, exceptions: list[Entry], access: list[Entry]) -> None:
     check_unique(c, exceptions, name_of, "exception", ["metadata", "name"])
     team_namespaces = tree.team_namespaces
+    policy: Mapping[str, Any] | None = tree.org_spec["exceptions"] if tree.org else None
     for entry in exceptions:
         if not entry.valid:
             continue
@@ -24,8 +66,13 @@ def check_exceptions(c: Collector, tree: Tree, exceptions: list[Entry]) -> None:
             f"team {spec['team']!r} does not exist",
             "ref.team",
         )
+        # An expired exception applies to nothing (a warning says so); the rest is judged on live ones.
+        live = policy if _check_expiry(c, tree, entry, spec, policy) else None
+        if live is not None:
+            _check_approver(c, entry, spec, live, team_members(access, spec["team"]))
         for i, pattern in enumerate(spec["rules"]):
-            if not expand_rule_pattern(pattern, rule_ids()):
+            waived = expand_rule_pattern(pattern, rule_ids())
+            if not waived:
                 c.error(
                     entry,
                     ["spec", "rules", i],
@@ -33,6 +80,26 @@ def check_exceptions(c: Collector, tree: Tree, exceptions: list[Entry]) -> None:
                     "ref.rule",
                     did_you_mean(pattern, rule_ids()),
                 )
+            elif pattern not in rule_ids() and live is not None and not live["allowRulePatterns"]:
+                shown = ", ".join(sorted(waived)[:6]) + (", ..." if len(waived) > 6 else "")
+                c.error(
+                    entry,
+                    ["spec", "rules", i],
+                    f"{pattern!r} waives {len(waived)} rule(s) by pattern ({shown}); an exception "
+                    "names each rule it waives",
+                    "exception.rule-pattern",
+                    "list the rule IDs (or have the OrgPolicy's owners set "
+                    "spec.exceptions.allowRulePatterns)",
+                )
+        if live is not None and not live["allowTeamWide"] and _matches_everything(spec["match"]):
+            c.error(
+                entry,
+                ["spec", "match"],
+                f"exception {name_of(entry)!r} matches every TrainJob of team {spec['team']!r}",
+                "exception.team-wide",
+                "narrow it with match.trainJobNames, match.labels or match.namespaces (or have the "
+                "OrgPolicy's owners set spec.exceptions.allowTeamWide)",
+            )
         for i, ns in enumerate(spec["match"].get("namespaces") or ()):
             c.ref(
                 entry,
@@ -42,30 +109,70 @@ def check_exceptions(c: Collector, tree: Tree, exceptions: list[Entry]) -> None:
                 f"namespace {ns!r} does not belong to team {spec['team']!r}",
                 "ref.namespace",
             )
-        try:
-            expires = dt.date.fromisoformat(spec["expires"])
-        except ValueError:
-            c.error(
-                entry,
-                ["spec", "expires"],
-                f"{spec['expires']!r} is not a date",
-                "value.date",
-                "use YYYY-MM-DD",
-            )
-            continue
-        if expires < tree.today:
-            c.warning(
-                entry,
-                ["spec", "expires"],
-                f"exception {name_of(entry)!r} expired on {expires.isoformat()} and no longer applies",
-                "expired.exception",
-                "renew it with a new approval or delete it",
-            )
-        elif (expires - tree.today).days > 366:
-            c.warning(
-                entry,
-                ["spec", "expires"],
-                f"exception {name_of(entry)!r} runs for more than a year (until {expires.isoformat()})",
-                "value.long-exception",
-                "exceptions should be short-lived; review it at least yearly",
-            )
+
+
+def _check_approver(
+    c: Collector,
+    entry: Entry,
+    spec: Mapping[str, Any],
+    policy: Mapping[str, Any],
+    members: Mapping[str, str],
+) -> None:
+    approver: str = spec["approver"]
+    key = approver.casefold()
+    member = members.get(key) or members.get((_service_account_name(approver) or "").casefold())
+    if member is not None:
+        c.error(
+            entry,
+            ["spec", "approver"],
+            f"approver {approver!r} is in team {spec['team']!r}, which the exception benefits "
+            f"(TeamAccess: {member})",
+            "exception.self-approved",
+            "an exception needs a second person: someone outside the team approves it",
+        )
+    approvers = policy["approvers"]
+    if approvers and key not in {a.casefold() for a in approvers}:
+        c.error(
+            entry,
+            ["spec", "approver"],
+            f"approver {approver!r} is not one of the org's approvers ({', '.join(approvers)})",
+            "exception.approver",
+            "OrgPolicy spec.exceptions.approvers lists who may approve exceptions",
+        )
+
+
+def _check_expiry(
+    c: Collector, tree: Tree, entry: Entry, spec: Mapping[str, Any], policy: Mapping[str, Any] | None
+) -> bool:
+    """Judge ``expires``; False when the exception is no longer live (bad date or expired)."""
+    try:
+        expires = dt.date.fromisoformat(spec["expires"])
+    except ValueError:
+        c.error(
+            entry, ["spec", "expires"], f"{spec['expires']!r} is not a date", "value.date", "use YYYY-MM-DD"
+        )
+        return False
+    if expires < tree.today:
+        c.warning(
+            entry,
+            ["spec", "expires"],
+            f"exception {name_of(entry)!r} expired on {expires.isoformat()} and no longer applies",
+            "expired.exception",
+            "renew it with a new approval or delete it",
+        )
+        return False
+    if policy is None:
+        return True
+    max_days = parse_duration(policy["maxDuration"]) // 86400
+    last = tree.today + dt.timedelta(days=max_days)
+    if expires > last:
+        c.error(
+            entry,
+            ["spec", "expires"],
+            f"exception {name_of(entry)!r} runs until {expires.isoformat()}, longer than the org allows "
+            f"({policy['maxDuration']} from today: {last.isoformat()} at the latest)",
+            "exception.expiry",
+            "exceptions are short-lived: renew it with a new approval when it ends (OrgPolicy "
+            "spec.exceptions.maxDuration)",
+        )
+    return True

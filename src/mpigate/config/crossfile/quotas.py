@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from mpigate.config.problems import PathPart
@@ -10,53 +10,13 @@ from mpigate.config.units import parse_quantity
 
 from .base import Collector, Entry, Tree, check_unique, did_you_mean, name_of
 
-# Namespaces no team may claim: the cluster's own and mpigate's.
-SYSTEM_NAMESPACES = frozenset(
-    {
-        "default",
-        "kube-system",
-        "kube-public",
-        "kube-node-lease",
-        "mpigate-system",
-        "kueue-system",
-        "kubeflow-system",
-        "cert-manager",
-    }
-)
-_SYSTEM_PREFIXES = ("kube-", "openshift", "mpigate-")
-
-
-def _is_system_namespace(ns: str) -> bool:
-    return ns in SYSTEM_NAMESPACES or ns.startswith(_SYSTEM_PREFIXES)
-
 
 def check_quotas(c: Collector, tree: Tree) -> None:
     check_unique(c, tree.quotas, name_of, "team", ["metadata", "name"])
-    owners = _namespace_owners(tree.valid_quotas)
     nominal_by_flavor: dict[str, list[tuple[Entry, int]]] = {}
     flavors = tree.flavors
     for entry in tree.valid_quotas:
-        team = entry.data["metadata"]["name"]
         spec = entry.data["spec"]
-        for i, ns in enumerate(spec["namespaces"]):
-            if _is_system_namespace(ns):
-                c.error(
-                    entry,
-                    ["spec", "namespaces", i],
-                    f"namespace {ns!r} is a system namespace",
-                    "value.system-namespace",
-                    "teams may not claim cluster or mpigate namespaces",
-                )
-            other, other_entry, j = owners[ns]
-            if other != team:
-                where = other_entry.doc.locate(("spec", "namespaces", j))
-                c.error(
-                    entry,
-                    ["spec", "namespaces", i],
-                    f"namespace {ns!r} is already claimed by team {other!r} ({where})",
-                    "conflict.namespace",
-                    "a namespace belongs to exactly one team; remove it here or there",
-                )
         c.ref(
             entry,
             ["spec", "region"],
@@ -144,17 +104,6 @@ def check_quotas(c: Collector, tree: Tree) -> None:
                 "capacity.flavor",
                 "lower nominal quotas or raise capacity",
             )
-
-
-def _namespace_owners(quotas: Sequence[Entry]) -> dict[str, tuple[str, Entry, int]]:
-    """Which team a namespace belongs to when several claim it: the team named like the namespace
-    (``nlp-team`` owns namespace ``nlp-team``), else the first claim in file order. The others get
-    the error, so adding ``nlp-team`` to cv-team's list blames cv-team's file, not nlp-team's."""
-    claims: dict[str, list[tuple[str, Entry, int]]] = {}
-    for entry in quotas:
-        for i, ns in enumerate(entry.data["spec"]["namespaces"]):
-            claims.setdefault(ns, []).append((entry.data["metadata"]["name"], entry, i))
-    return {ns: next((claim for claim in found if claim[0] == ns), found[0]) for ns, found in claims.items()}
 
 
 def _check_gpu_quota(
