@@ -53,7 +53,8 @@ rm -rf build/demo-webhook && mkdir -p build/demo-webhook
 # A CA and a serving certificate (in a cluster without cert-manager these go into a Secret and
 # the caBundle into the webhook configurations); 127.0.0.1 is added for this local run.
 mpigate certs --out build/demo-webhook/certs --extra-name 127.0.0.1 > build/demo-webhook/ca-bundle
-mpigate audit keygen --method hmac-sha256 build/demo-webhook/audit.key > /dev/null
+# the org signs checkpoints with ed25519: the webhook holds the private key, auditors the public one
+mpigate audit keygen build/demo-webhook/audit.key --public build/demo-webhook/audit.pub --config . > /dev/null
 mpigate serve --config . --host 127.0.0.1 --port 0 --no-live \
   --tls-cert build/demo-webhook/certs/tls.crt --tls-key build/demo-webhook/certs/tls.key \
   --audit-dir build/demo-webhook/audit --audit-key build/demo-webhook/audit.key \
@@ -92,7 +93,7 @@ kill -TERM "$server_pid"
 wait "$server_pid" || true
 trap - EXIT
 grep -c '"event":"review"' build/demo-webhook/server.log | xargs echo "reviews logged:"
-mpigate audit verify build/demo-webhook/audit --key build/demo-webhook/audit.key
+mpigate audit verify build/demo-webhook/audit --public-key build/demo-webhook/audit.pub
 
 step "The pinned-ports profile with real OpenMPI: preflight under mpirun, every TCP port observed"
 mpigate preflight --local -np 4 --profile pinned-ports --config .
@@ -117,9 +118,9 @@ echo "\$ mpigate controller --config . --print-netpol examples/trainjobs/phi-pin
 mpigate controller --config . --print-netpol examples/trainjobs/phi-pinned.yaml
 
 step "A compliance report from the webhook's audit trail (SOC 2, HIPAA, GDPR, PCI DSS)"
-mpigate report --audit build/demo-webhook/audit --key build/demo-webhook/audit.key --config . \
+mpigate report --audit build/demo-webhook/audit --public-key build/demo-webhook/audit.pub --config . \
   --format md -o build/report.md
 sed -n '1,12p' build/report.md
-mpigate report --audit build/demo-webhook/audit --key build/demo-webhook/audit.key --config . \
+mpigate report --audit build/demo-webhook/audit --public-key build/demo-webhook/audit.pub --config . \
   -o build/report.html
 echo "report: $(pwd)/build/report.html (open it in a browser; it prints, too)"

@@ -25,6 +25,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from mpigate.admission.client import make_review
 from mpigate.admission.server import ServeOptions
+from mpigate.audit import generate_key
 from mpigate.cli import cli
 from tests.conftest import REPO
 
@@ -246,9 +247,7 @@ def test_serve_says_how_to_make_the_missing_audit_key(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2, result.output
     assert f"spec.audit.signing.keyFile of the OrgPolicy): cannot read key file {org_key}" in result.output
-    assert (
-        "`mpigate audit keygen --method hmac-sha256 KEYFILE` and pass `--audit-key KEYFILE`" in result.output
-    )
+    assert "`mpigate audit keygen --method ed25519 KEYFILE` and pass `--audit-key KEYFILE`" in result.output
 
 
 async def read_until(
@@ -298,7 +297,7 @@ async def test_sigterm_finishes_the_review_in_flight_and_records_it(
     )
     ca = trustme.CA()
     cert, key = write_cert(ca, tmp_path / "tls")
-    (tmp_path / "audit.key").write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    (tmp_path / "audit.key").write_bytes(generate_key("ed25519")[0])  # the example org signs with ed25519
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "mpigate", "serve", "--config", str(REPO),
         "--tls-cert", str(cert), "--tls-key", str(key), "--host", "127.0.0.1", "--port", "0",
@@ -344,7 +343,7 @@ async def test_sigterm_finishes_the_review_in_flight_and_records_it(
         cli, ["audit", "verify", str(tmp_path / "audit"), "--key", str(tmp_path / "audit.key")]
     )
     assert verify.exit_code == 0, verify.output
-    assert "all intact" in verify.output
+    assert "all verified" in verify.output
     records = [
         json.loads(line)
         for segment in sorted((tmp_path / "audit").rglob("*.jsonl"))

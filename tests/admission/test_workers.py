@@ -4,7 +4,6 @@ drains them all, and a worker that dies takes the replica down (exit 1)."""
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import os
@@ -20,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from mpigate.admission.client import make_review
+from mpigate.audit import generate_key
 from mpigate.cli import cli
 
 from .conftest import BASE_ORG, trainjob
@@ -103,7 +103,7 @@ def gone(pid: int) -> bool:
 @pytest.mark.slow
 def test_workers_share_the_port_the_metrics_and_drain_together(supervisor: Any, tmp_path: Path) -> None:
     key = tmp_path / "audit.key"
-    key.write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    key.write_bytes(generate_key("ed25519")[0])  # the example org signs with ed25519
     sup = supervisor("--audit-dir", str(tmp_path / "audit"), "--audit-key", str(key))
     listening = sup.wait_for("listening")[0]
     workers = sup.wait_for("worker_listening", 2)
@@ -134,7 +134,7 @@ def test_workers_share_the_port_the_metrics_and_drain_together(supervisor: Any, 
     chains = [p for p in (tmp_path / "audit").iterdir() if p.is_dir()]
     assert len(chains) == 2
     verify = CliRunner().invoke(cli, ["audit", "verify", str(tmp_path / "audit"), "--key", str(key)])
-    assert verify.exit_code == 0 and "all intact" in verify.output, verify.output
+    assert verify.exit_code == 0 and "all verified" in verify.output, verify.output
     records = [
         json.loads(line)
         for chain in chains

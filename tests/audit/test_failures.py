@@ -139,7 +139,7 @@ def test_failed_rollback_reloads_from_disk(make_log, tmp_path, keyring, monkeypa
     # the record reached the file although fsync failed; the writer re-reads the disk and
     # continues after it (an extra record never hurts; a missing one would)
     third = log.append(entry(3))
-    assert third.seq == 4
+    assert third.seq == 5
     log.close()
     report = verify_chain(tmp_path / "audit" / "test-0", keyring)
     assert report.ok, report.problems

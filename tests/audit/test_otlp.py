@@ -60,7 +60,7 @@ def test_records_map_to_log_records(tmp_path, receiver):
         written = log.append(record_from_decision(denied, request, "validate"))
     registry = CollectorRegistry()
     result = shipper(directory, receiver, metrics=AuditMetrics(registry)).ship_once()
-    assert (result.shipped, result.failed, result.lag) == (3, False, 0)
+    assert (result.shipped, result.failed, result.lag) == (4, False, 0)
     by_seq = {r.attributes["mpigate.audit.seq"]: r for r in receiver.records}
     rec = by_seq[written.seq]
     assert rec.attributes["mpigate.audit.hash"] == written.hash
@@ -74,7 +74,7 @@ def test_records_map_to_log_records(tmp_path, receiver):
     assert json.loads(rec.body)["hash"] == written.hash  # the stored line, verifiable downstream
     assert rec.resource["service.name"] == "mpigate"
     assert rec.time_unix_nano // 1_000_000 % 1000 == int(written.time[-4:-1])
-    assert registry.get_sample_value("mpigate_audit_records_shipped_total") == 3
+    assert registry.get_sample_value("mpigate_audit_records_shipped_total") == 4
     assert registry.get_sample_value("mpigate_audit_shipper_lag_records", {"chain": "c"}) == 0
 
 
@@ -157,7 +157,7 @@ def test_endpoint_without_path_gets_v1_logs(tmp_path, receiver):
     write(directory, "c", 1)
     base = receiver.url.removesuffix("/v1/logs")
     result = OtlpShipper(directory, base, certificate_file=receiver.ca_file, timeout=5).ship_once()
-    assert result.shipped == 3 and not result.failed
+    assert result.shipped == 4 and not result.failed
 
 
 def test_cli_ship_once(tmp_path, receiver):
@@ -171,8 +171,8 @@ def test_cli_ship_once(tmp_path, receiver):
     args.append("--once")
     result = CliRunner().invoke(cli, [*args, "--header", "x-tenant=acme"])
     assert result.exit_code == 0, result.output
-    assert "shipped 4 record(s); 0 waiting" in result.output
-    assert sorted(receiver.seqs("c")) == [1, 2, 3, 4]
+    assert "shipped 5 record(s); 0 waiting" in result.output
+    assert sorted(receiver.seqs("c")) == [1, 2, 3, 4, 5]
     receiver.fail = lambda n: True
     write(directory, "c", 1, start=5)
     failed = CliRunner().invoke(cli, args)

@@ -190,7 +190,9 @@ def test_forged_chain_without_the_key(chain, keyring):
     )
     assert (Path(problem.file).name, problem.line) == (seg.name, first_checkpoint_after)
     # without the key the forgery is invisible: that is why verifiers need --key/--public-key
-    assert verify_chain(chain, None).ok
+    # (and why a chain read without one is never called verified)
+    unkeyed = verify_chain(chain, None)
+    assert unkeyed.ok and unkeyed.status().state == "unverifiable"
 
 
 def test_missing_tail_after_last_checkpoint_is_a_warning(chain, keyring):
@@ -217,7 +219,7 @@ def test_cli_verify_reports_and_exit_codes(chain, hmac_key_file):
     runner = CliRunner()
     ok = runner.invoke(cli, ["audit", "verify", str(chain.parent), "--key", str(hmac_key_file)])
     assert ok.exit_code == 0, ok.output
-    assert "chain chain-a" in ok.output and "signature verified" in ok.output and "all intact" in ok.output
+    assert "chain chain-a" in ok.output and "signature verified" in ok.output and "all verified" in ok.output
 
     seg = segments(chain)[1]
     lines = lines_of(seg)
@@ -237,10 +239,10 @@ def test_cli_verify_reports_and_exit_codes(chain, hmac_key_file):
     assert report["problems"][0]["file"].endswith(seg.name)
 
 
-def test_cli_verify_without_key_warns(chain):
+def test_cli_verify_without_key_warns_and_verifies_nothing(chain):
     result = CliRunner().invoke(cli, ["audit", "verify", str(chain)])
-    assert result.exit_code == 0
-    assert "unchecked-signatures" in result.output
+    assert result.exit_code == 1  # consistent, but nothing is authenticated: unverifiable
+    assert "unchecked-signatures" in result.output and "1 unverifiable" in result.output
 
 
 def test_cli_verify_no_chains(tmp_path):

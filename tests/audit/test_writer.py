@@ -41,21 +41,25 @@ def test_record_format_and_chain(make_log, tmp_path, keyring):
     written = log.append(entry(1))
     log.close()
     records = records_of(tmp_path / "audit" / "test-0")
-    genesis, first, shutdown = records
+    genesis, signed, first, shutdown = records
     assert genesis["stage"] == "genesis" and genesis["seq"] == 1 and genesis["prev"] == GENESIS_PREV
-    assert first["seq"] == 2 and first["prev"] == genesis["hash"] and first["chain"] == "test-0"
+    # the genesis is signed at once: no intact chain is ever without a checkpoint
+    assert signed["stage"] == "checkpoint" and signed["checkpoint"]["reason"] == "genesis"
+    assert signed["checkpoint"]["headSeq"] == 1 and signed["checkpoint"]["head"] == genesis["hash"]
+    assert first["seq"] == 3 and first["prev"] == signed["hash"] and first["chain"] == "test-0"
     assert first["v"] == 1 and first["source"] == "webhook" and first["i"] == 1
     assert first["time"].endswith("Z") and len(first["time"]) == len("2026-11-22T10:15:03.120Z")
-    assert written.seq == 2 and written.hash == first["hash"] and written.line == 2
+    assert written.seq == 3 and written.hash == first["hash"] and written.line == 3
     assert written.segment == "00000000000000000001.jsonl"
     assert record_hash(first) == first["hash"]
     # every line is the canonical encoding of its record
-    raw = (tmp_path / "audit" / "test-0" / written.segment).read_bytes().splitlines()[1]
+    raw = (tmp_path / "audit" / "test-0" / written.segment).read_bytes().splitlines()[2]
     assert raw == canonical_bytes(first)
     assert shutdown["stage"] == "checkpoint" and shutdown["checkpoint"]["reason"] == "shutdown"
-    assert shutdown["checkpoint"]["headSeq"] == 2 and shutdown["checkpoint"]["head"] == first["hash"]
+    assert shutdown["checkpoint"]["headSeq"] == 3 and shutdown["checkpoint"]["head"] == first["hash"]
     report = verify_chain(tmp_path / "audit" / "test-0", keyring)
-    assert report.ok and report.signatures == "verified" and report.records == 3
+    assert report.ok and report.signatures == "verified" and report.records == 4
+    assert report.verified_checkpoints == 2 and report.sealed and report.status().state == "verified"
 
 
 def test_append_is_durable_before_it_returns(make_log, monkeypatch):
@@ -89,10 +93,10 @@ def test_group_commit_shares_one_fsync(make_log, monkeypatch):
     rest = [log.submit(entry(i)) for i in range(1, 41)]
     gate.set()
     seqs = [f.result(10).seq for f in [first, *rest]]
-    assert seqs == list(range(2, 43))
+    assert seqs == list(range(3, 44))
     assert len(calls) == 2  # 41 records, two fsyncs: the 40 queued meanwhile went in one commit
     batches = registry.get_sample_value("mpigate_audit_batch_records_count")
-    assert batches == 3  # genesis, the first record, the group of 40
+    assert batches == 3  # genesis and its checkpoint, the first record, the group of 40
     assert registry.get_sample_value("mpigate_audit_records_written_total", {"stage": "validate"}) == 41
 
 
@@ -114,14 +118,11 @@ def test_checkpoint_every_n_records(make_log, tmp_path, keyring):
     log.close()
     records = records_of(tmp_path / "audit" / "test-0")
     stages = [r["stage"] for r in records]
-    # genesis + 2 → checkpoint; 3 → checkpoint; 2 → shutdown checkpoint
-    assert stages == ["genesis", "validate", "validate", "checkpoint"] + ["validate"] * 3 + ["checkpoint"] + [
-        "validate",
-        "validate",
-        "checkpoint",
-    ]
+    # genesis, signed at once; 3 → checkpoint; 3 → checkpoint; 1 → shutdown checkpoint
+    block = ["validate"] * 3 + ["checkpoint"]
+    assert stages == ["genesis", "checkpoint", *block, *block, "validate", "checkpoint"]
     reasons = [r["checkpoint"]["reason"] for r in records if r["stage"] == "checkpoint"]
-    assert reasons == ["interval", "interval", "shutdown"]
+    assert reasons == ["genesis", "interval", "interval", "shutdown"]
     assert verify_chain(tmp_path / "audit" / "test-0", keyring).ok
 
 
@@ -172,8 +173,8 @@ def test_rotation_by_age(tmp_path, signer, keyring):
     assert verify_chain(tmp_path / "audit" / "aged", keyring).ok
 
 
-def test_idle_checkpoint_signs_a_quiet_head(make_log, tmp_path):
-    log = make_log(checkpoint_idle_seconds=0.05)
+def test_a_quiet_head_is_signed_after_the_checkpoint_interval(make_log, tmp_path):
+    log = make_log(checkpoint_interval_seconds=0.05)
     log.append(entry(1))
     chain = tmp_path / "audit" / "test-0"
     end = time.monotonic() + 10
@@ -182,8 +183,8 @@ def test_idle_checkpoint_signs_a_quiet_head(make_log, tmp_path):
         if last["stage"] == "checkpoint":
             break
         time.sleep(0.01)
-    assert last["stage"] == "checkpoint" and last["checkpoint"]["reason"] == "idle"
-    assert last["checkpoint"]["headSeq"] == 2
+    assert last["stage"] == "checkpoint" and last["checkpoint"]["reason"] == "age"
+    assert last["checkpoint"]["headSeq"] == 3
 
 
 def test_restart_continues_the_chain(tmp_path, signer, keyring):
@@ -191,10 +192,10 @@ def test_restart_continues_the_chain(tmp_path, signer, keyring):
         log.append(entry(1))
     with AuditLog.open(tmp_path / "audit", chain="c", signer=signer) as log:
         again = log.append(entry(2))
-    assert again.seq == 4  # genesis, 1, shutdown checkpoint, then 2
+    assert again.seq == 5  # genesis and its checkpoint, 1, shutdown checkpoint, then 2
     records = records_of(tmp_path / "audit" / "c")
-    assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
-    assert records[3]["prev"] == records[2]["hash"]
+    assert [r["seq"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert records[4]["prev"] == records[3]["hash"]
     assert verify_chain(tmp_path / "audit" / "c", keyring).ok
 
 
@@ -231,7 +232,7 @@ def test_invalid_entries_are_refused(make_log, bad, message):
     log = make_log()
     with pytest.raises(ValueError, match=message):
         log.append(bad)
-    assert log.append(entry(1)).seq == 2  # nothing was written for the refused one
+    assert log.append(entry(1)).seq == 3  # nothing was written for the refused one
 
 
 def test_closed_log_refuses_appends(make_log):
@@ -248,9 +249,9 @@ def test_async_api_concurrent_appends(tmp_path, keyring):
             written = await asyncio.gather(*(log.append(entry(i)) for i in range(50)))
         return sorted(w.seq for w in written)
 
-    assert asyncio.run(main()) == list(range(2, 52))
+    assert asyncio.run(main()) == list(range(3, 53))
     report = verify_chain(tmp_path / "audit" / "aio", keyring)
-    assert report.ok and report.records == 52
+    assert report.ok and report.records == 53
 
 
 def test_async_appends_of_one_commit_wake_the_loop_once(tmp_path, keyring):
@@ -287,7 +288,7 @@ def test_async_appends_of_one_commit_wake_the_loop_once(tmp_path, keyring):
         return sorted(w.seq for w in written), wakes[0]
 
     seqs, wakes = asyncio.run(main())
-    assert seqs == list(range(2, 52))
+    assert seqs == list(range(3, 53))
     assert wakes == 1
     assert verify_chain(tmp_path / "audit" / "aio", keyring).ok
 
@@ -308,9 +309,9 @@ def test_a_cancelled_async_append_is_dropped_when_not_yet_taken(tmp_path, keyrin
         assert isinstance(results[2], asyncio.CancelledError)
         return [r.seq for r in results if not isinstance(r, BaseException)]
 
-    assert asyncio.run(main()) == [2, 3, 4, 5]
+    assert asyncio.run(main()) == [3, 4, 5, 6]
     report = verify_chain(tmp_path / "audit" / "aio", keyring)
-    assert report.ok and report.records == 6  # genesis, the four, the shutdown checkpoint
+    assert report.ok and report.records == 7  # genesis and its checkpoint, the four, the shutdown one
     lines = (tmp_path / "audit" / "aio").glob("*.jsonl")
     names = [
         json.loads(line).get("object", {}).get("name")
@@ -347,5 +348,5 @@ def test_an_internal_error_fails_the_batch_not_the_writer(tmp_path, signer, keyr
         with pytest.raises(AuditWriteError) as failure:
             log.append(entry(2))
         assert failure.value.reason == "internal"
-        assert log.append(entry(3)).seq == 3
+        assert log.append(entry(3)).seq == 4
     assert verify_chain(tmp_path / "audit" / "c", keyring).ok

@@ -40,7 +40,7 @@ async def test_runs_from_a_kubeconfig_and_stops_on_sigterm(
         )
     )
     key = tmp_path / "audit.key"
-    key.write_bytes(generate_key("hmac-sha256")[0])
+    key.write_bytes(generate_key("ed25519")[0])  # the example org signs with ed25519
     env = {**os.environ, "POD_NAME": "ctl-pod", "POD_NAMESPACE": "mpigate-system"}
     process = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -49,7 +49,7 @@ class Controller:
 @pytest.fixture
 def key_file(tmp_path: Path) -> Path:
     path = tmp_path / "audit.key"
-    path.write_bytes(generate_key("hmac-sha256")[0])
+    path.write_bytes(generate_key("ed25519")[0])  # the example org signs with ed25519
     return path
 
 

@@ -85,4 +85,4 @@ def test_broken_chain_banner_is_shown(
     assert page.errors == []
     banner = " ".join((page.facts["banner"] or "").split())
     assert banner.startswith("Audit trail integrity check failed. 1 of 3 chain(s) did not verify.")
-    assert f"{segment}:3 (edited, chain controller-0)" in banner
+    assert f"{segment}:4 (edited, chain controller-0)" in banner

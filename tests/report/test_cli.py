@@ -24,7 +24,7 @@ def test_format_follows_the_output_suffix(trail: Path, tmp_path: Path) -> None:
         assert code == 0, err
         assert (tmp_path / name).read_text(encoding="utf-8").startswith(start)
     assert (
-        "3 chain(s) all intact, 26 record(s) in the period; controls: 17 met, 8 attention, 0 no evidence"
+        "3 chain(s) all verified, 29 record(s) in the period; controls: 17 met, 8 attention, 0 no evidence"
         in err
     )
 

@@ -24,11 +24,13 @@ def test_period_inputs_and_integrity(report: Report) -> None:
     }
     chains = {c["chain"]: c for c in report["inputs"]["chains"]}
     assert sorted(chains) == ["controller-0", "webhook-0", "webhook-1"]
-    # webhook-0: genesis, 6 decisions, shutdown checkpoint
-    assert chains["webhook-0"]["records"] == 8
+    # webhook-0: genesis and its checkpoint, 6 decisions, shutdown checkpoint
+    assert chains["webhook-0"]["records"] == 9
     assert all(c["ok"] and c["signatures"] == "verified" for c in chains.values())
+    assert all(c["status"]["state"] == "verified" for c in chains.values())
     integrity = report["integrity"]
     assert integrity["ok"] is True
+    assert integrity["status"]["text"] == "all verified" and integrity["status"]["ok"] is True
     assert integrity["firstProblem"] is None
     assert integrity["signatures"]["verified"] == 3
     assert report["totals"]["byStage"]["validate"] == 10
@@ -202,8 +204,9 @@ def test_control_statuses_and_reasons(report: Report) -> None:
     assert cc61["notes"] == ["no API-server audit log was given (--k8s-audit): its evidence is missing"]
     audit_controls = control(report, "HIPAA-164.312(b)")
     assert audit_controls["status"] == "met"
-    # checkpoints: three at shutdown, two where a chain rotated after 24 h (webhook-1, controller-0)
-    assert audit_controls["evidence"] == {"validate": 10, "lifecycle": 4, "checkpoint": 5, "k8s-activity": 0}
+    # checkpoints: three genesis, three at shutdown, two where a chain rotated after 24 h (webhook-1,
+    # controller-0)
+    assert audit_controls["evidence"] == {"validate": 10, "lifecycle": 4, "checkpoint": 8, "k8s-activity": 0}
     assert report["controlSummary"] == {"met": 17, "attention": 8, "no evidence": 0}
 
 
@@ -211,6 +214,7 @@ def test_unverified_signatures_need_attention(make_report: Callable[..., Report]
     report = make_report(keys=None, frameworks=("pci",))
     assert [f["framework"] for f in report["controls"]] == ["pci"]
     assert report["integrity"]["ok"] is True  # warnings only
+    assert report["integrity"]["status"]["counts"]["unverifiable"] == 3  # but nothing authenticated
     logs = control(report, "PCI-DSS-10.2.1")
     assert logs["status"] == "attention"
     assert logs["reasons"] == [
@@ -227,7 +231,7 @@ def test_period_filter(make_report: Callable[..., Report]) -> None:
     assert report["denials"]["topReasons"] == []
     # llm-ft-1 finished on the 21st (2 GPU-hours); vision-2 finished on the 22nd: outside
     assert report["chargeback"]["gpuHours"] == 2.0
-    assert report["integrity"]["records"] == 26  # verification still covers every record
+    assert report["integrity"]["records"] == 29  # verification still covers every record
 
 
 def test_period_without_any_record_has_no_evidence(make_report: Callable[..., Report]) -> None:

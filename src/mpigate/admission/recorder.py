@@ -4,6 +4,10 @@ The server calls :meth:`DecisionRecorder.record` once per judged request and ans
 it returned. A recorder raises :class:`RecordError` (or any exception) when it cannot persist;
 the server then fails the request with HTTP 500 so that the API server's ``failurePolicy``
 applies — a decision is never answered without its record.
+
+A recorder that writes a chain returns the durable record's :class:`RecordPosition`; the answer
+carries it as the audit annotation ``record`` (``<chain>:<seq>:<hash>``), so the API server's own
+audit log witnesses the chain (``mpigate audit verify --k8s-audit``, docs/audit.md).
 """
 
 from __future__ import annotations
@@ -16,17 +20,41 @@ from mpigate.policy.decision import AdmissionInput, Decision
 
 from .review import Stage
 
-__all__ = ["DecisionRecorder", "MemoryRecorder", "NullRecorder", "RecordError", "RecordedDecision"]
+__all__ = [
+    "DecisionRecorder",
+    "MemoryRecorder",
+    "NullRecorder",
+    "RecordError",
+    "RecordPosition",
+    "RecordedDecision",
+]
 
 
 class RecordError(Exception):
     """The record could not be made durable."""
 
 
-class DecisionRecorder(Protocol):
-    """Writes the record of one decision; returns once it is durable."""
+@dataclass(frozen=True, slots=True)
+class RecordPosition:
+    """Where a durable record is: its chain, sequence number and hash (hex)."""
 
-    async def record(self, decision: Decision, request: AdmissionInput, stage: Stage) -> None: ...
+    chain: str
+    seq: int
+    hash: str
+
+    def annotation(self) -> str:
+        """The ``record`` audit annotation's value, ``<chain>:<seq>:<hash>`` (chain ids hold no
+        ``:``); :func:`mpigate.audit.witness.parse_position` reads it back."""
+        return f"{self.chain}:{self.seq}:{self.hash}"
+
+
+class DecisionRecorder(Protocol):
+    """Writes the record of one decision; returns once it is durable, with the record's position
+    when it has one (a chain), else None."""
+
+    async def record(
+        self, decision: Decision, request: AdmissionInput, stage: Stage
+    ) -> RecordPosition | None: ...
 
     async def close(self) -> None: ...
 
@@ -41,7 +69,9 @@ class NullRecorder:
 
     healthy = True
 
-    async def record(self, decision: Decision, request: AdmissionInput, stage: Stage) -> None:
+    async def record(
+        self, decision: Decision, request: AdmissionInput, stage: Stage
+    ) -> RecordPosition | None:
         return None
 
     async def close(self) -> None:
@@ -64,9 +94,12 @@ class MemoryRecorder:
         self._records: list[RecordedDecision] = []
         self._lock = asyncio.Lock()
 
-    async def record(self, decision: Decision, request: AdmissionInput, stage: Stage) -> None:
+    async def record(
+        self, decision: Decision, request: AdmissionInput, stage: Stage
+    ) -> RecordPosition | None:
         async with self._lock:
             self._records.append(RecordedDecision(decision, request, stage))
+        return None
 
     async def close(self) -> None:
         return None

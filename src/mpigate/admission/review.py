@@ -39,6 +39,7 @@ __all__ = [
     "ANNOTATION_DRY_RUN",
     "ANNOTATION_EXCEPTIONS",
     "ANNOTATION_PATCH",
+    "ANNOTATION_RECORD",
     "ANNOTATION_REVISION",
     "ANNOTATION_RULES",
     "MAX_WARNING_CHARS",
@@ -77,6 +78,8 @@ ANNOTATION_REVISION: Final = "revision"
 ANNOTATION_EXCEPTIONS: Final = "exceptions"
 ANNOTATION_DRY_RUN: Final = "dry-run"
 ANNOTATION_PATCH: Final = "patch"
+# The decision's durable audit record, ``<chain>:<seq>:<hash>`` (admission.recorder.RecordPosition).
+ANNOTATION_RECORD: Final = "record"
 
 OPERATIONS: Final = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 REASONS: Final = {
@@ -415,9 +418,12 @@ def _check_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def audit_annotations(decision: Decision, stage: Stage, *, dry_run: bool = False) -> dict[str, str]:
+def audit_annotations(
+    decision: Decision, stage: Stage, *, dry_run: bool = False, record: str | None = None
+) -> dict[str, str]:
     """``auditAnnotations`` of a decision: outcome, rules hit, config revision (plus the
-    exceptions used, the patch size on mutation, and a dry-run mark)."""
+    exceptions used, the patch size on mutation, a dry-run mark, and ``record``: the chain
+    position of the decision's audit record, when it has one)."""
     out: dict[str, str] = {}
     if stage == "validate":
         out[ANNOTATION_DECISION] = decision.outcome
@@ -429,6 +435,8 @@ def audit_annotations(decision: Decision, stage: Stage, *, dry_run: bool = False
     out[ANNOTATION_REVISION] = _short(decision.revision, 128)
     if dry_run:
         out[ANNOTATION_DRY_RUN] = "true"
+    if record is not None:
+        out[ANNOTATION_RECORD] = record
     return out
 
 
@@ -448,7 +456,13 @@ def _join_capped(items: Sequence[str], limit: int) -> str:
 
 
 def decision_response(
-    uid: str, decision: Decision, stage: Stage, *, dry_run: bool = False, extra_warnings: Iterable[str] = ()
+    uid: str,
+    decision: Decision,
+    stage: Stage,
+    *,
+    dry_run: bool = False,
+    extra_warnings: Iterable[str] = (),
+    record: str | None = None,
 ) -> dict[str, Any]:
     """The answer for a decision.
 
@@ -457,7 +471,7 @@ def decision_response(
     webhook, which sees the patched object, gives the verdict, so a user reads each denial and
     warning once) and returns the patch.
     """
-    annotations = audit_annotations(decision, stage, dry_run=dry_run)
+    annotations = audit_annotations(decision, stage, dry_run=dry_run, record=record)
     if stage == "mutate":
         return response_review(uid, allowed=True, patch=decision.patch, annotations=annotations)
     warnings = [*decision.warnings, *extra_warnings]

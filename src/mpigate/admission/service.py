@@ -40,7 +40,7 @@ from .deadline import AlarmClock, DeadlineExceeded
 from .live import LiveSource
 from .logjson import fields
 from .metrics import Metrics
-from .recorder import DecisionRecorder, NullRecorder
+from .recorder import DecisionRecorder, NullRecorder, RecordPosition
 from .reload import ConfigStore
 from .review import (
     REASONS,
@@ -290,15 +290,23 @@ class AdmissionService:
                 raise _Failed(500, "mpigate failed to evaluate the request (internal error)") from None
         info["rules"] = list(decision.rule_ids)
         info["team"] = decision.team
+        position: RecordPosition | None = None
         with self._span("audit record"):
             if not isinstance(self.recorder, NullRecorder):  # nothing to wait for without a trail
-                await self._record(decision, req.input, stage, deadline, request_id)
+                position = await self._record(decision, req.input, stage, deadline, request_id)
         # Keep the engine's own live warning if it already gave one.
         extra_warnings = [
             w for w in extra_warnings if not any(LIVE_UNAVAILABLE in d for d in decision.warnings)
         ]
+        # The record's chain position travels in the answer's auditAnnotations: the API server's
+        # audit log then witnesses the chain, so its newest records cannot vanish unnoticed.
         body = decision_response(
-            req.uid, decision, stage, dry_run=req.input.dry_run, extra_warnings=extra_warnings
+            req.uid,
+            decision,
+            stage,
+            dry_run=req.input.dry_run,
+            extra_warnings=extra_warnings,
+            record=position.annotation() if position is not None else None,
         )
         if stage == "mutate":
             outcome = "mutated" if decision.patch else "unchanged"
@@ -344,13 +352,13 @@ class AdmissionService:
 
     async def _record(
         self, decision: Decision, request: AdmissionInput, stage: Stage, deadline: float, request_id: str
-    ) -> None:
+    ) -> RecordPosition | None:
         loop = asyncio.get_running_loop()
         remaining = max(deadline - loop.time(), MIN_RECORD_SECONDS)
         # Shielded: a write that outlives the deadline still completes instead of being torn.
         write = asyncio.ensure_future(self.recorder.record(decision, request, stage))
         try:
-            await asyncio.wait_for(asyncio.shield(write), remaining)
+            return await asyncio.wait_for(asyncio.shield(write), remaining)
         except TimeoutError:
             self.metrics.deadline_exceeded.labels("audit").inc()
             write.add_done_callback(_log_late_record)
@@ -368,7 +376,7 @@ class AdmissionService:
 _NO_SPAN: Final = contextlib.nullcontext(trace.INVALID_SPAN)
 
 
-def _log_late_record(task: asyncio.Future[None]) -> None:
+def _log_late_record(task: asyncio.Future[RecordPosition | None]) -> None:
     if task.cancelled():
         return
     exc = task.exception()

@@ -14,18 +14,20 @@ __all__ = ["WriterOptions", "WrittenRecord"]
 class WriterOptions:
     """Tuning of the writer; :meth:`from_settings` maps ``OrgPolicy.spec.audit``.
 
-    ``checkpoint_every``: records between signed checkpoints. ``rotate_max_bytes`` /
-    ``rotate_max_age_seconds``: a segment is closed (with a ``rotate`` checkpoint) at the first
-    commit after it reached either limit. ``checkpoint_idle_seconds``: sign the head when records
-    have waited that long without a checkpoint and nothing else is queued. ``max_batch_records``:
+    ``checkpoint_every``: records between signed checkpoints. ``checkpoint_interval_seconds``: the
+    longest a record waits for a signature — the head is signed at the first commit after the oldest
+    unsigned record reached this age, or by the writer thread's timer when nothing is written; with
+    ``checkpoint_every`` this bounds the part of a chain that only a witness can vouch for
+    (docs/audit.md). ``rotate_max_bytes`` / ``rotate_max_age_seconds``: a segment is closed (with a
+    ``rotate`` checkpoint) at the first commit after it reached either limit. ``max_batch_records``:
     the most records one group commit takes. ``group_commit=False`` writes and fsyncs every record
     on its own (the benchmark's baseline).
     """
 
     checkpoint_every: int = 1000
+    checkpoint_interval_seconds: float = 10.0
     rotate_max_bytes: int = 64 * 1024 * 1024
     rotate_max_age_seconds: float = 24 * 3600.0
-    checkpoint_idle_seconds: float = 60.0
     max_batch_records: int = 1024
     group_commit: bool = True
 
@@ -34,12 +36,15 @@ class WriterOptions:
             raise ValueError("checkpoint_every and max_batch_records must be at least 1")
         if self.rotate_max_bytes < 1 or self.rotate_max_age_seconds <= 0:
             raise ValueError("rotation limits must be positive")
+        if self.checkpoint_interval_seconds <= 0:
+            raise ValueError("checkpoint_interval_seconds must be positive")
 
     @staticmethod
     def from_settings(settings: Any, **overrides: Any) -> WriterOptions:
         """Options from a :class:`mpigate.config.model.AuditSettings` (``config.org.audit``)."""
         options = WriterOptions(
             checkpoint_every=settings.checkpoint_every,
+            checkpoint_interval_seconds=float(settings.checkpoint_interval_seconds),
             rotate_max_bytes=settings.rotate_max_bytes,
             rotate_max_age_seconds=float(settings.rotate_max_age_seconds),
         )

@@ -27,6 +27,7 @@ import orjson
 from ._canonical import GENESIS_PREV, RECORD_VERSION, record_hash
 from .layout import LOCK_FILE, chain_dirs, list_segments, segment_seq, torn_files
 from .signing import KeyRing, signed_bytes
+from .status import ChainStatus, chain_status
 
 __all__ = [
     "PROBLEM_KINDS",
@@ -41,6 +42,9 @@ __all__ = [
 ]
 
 Severity = Literal["error", "warning"]
+# verified: at least one checkpoint verified with a key and none failed; unchecked: no key given;
+# unsigned: the writer had no key; failed: a signature did not verify; missing: no checkpoint.
+Signatures = Literal["verified", "unchecked", "unsigned", "failed", "missing"]
 
 # What each problem kind means (docs/audit.md shows an example of each).
 PROBLEM_KINDS: Mapping[str, str] = {
@@ -53,10 +57,15 @@ PROBLEM_KINDS: Mapping[str, str] = {
     "deleted-segment": "a whole segment file is missing",
     "forged": "a checkpoint signature does not verify (records rewritten without the key)",
     "chain-mismatch": "a record claims another chain",
+    "no-valid-checkpoint": "no checkpoint verifies although the chain is signed (checkpoints removed or the "
+    "chain rewritten without the key)",
     "unsigned-tail": "records after the last checkpoint are not covered by a signature",
     "unchecked-signatures": "no key was given, so signatures were not checked",
-    "unsigned-checkpoints": "the writer had no signing key",
+    "unsigned-checkpoints": "the writer had no signing key (an error when verifying with a key)",
     "in-progress": "the newest line is still being written by a live writer",
+    "witnessed-missing": "the API server's audit log witnessed a record the chain no longer holds",
+    "witness-mismatch": "the chain's record differs from the one the API server's audit log witnessed",
+    "missing-chain": "the API server's audit log names a chain whose directory is missing",
     "unreadable": "a segment file cannot be read (permissions, I/O error)",
 }
 
@@ -145,12 +154,29 @@ class ChainReport:
     last_checkpoint: CheckpointInfo | None = None
     checkpoints: int = 0
     recoveries: int = 0
-    signatures: Literal["verified", "unchecked", "unsigned", "failed"] = "unchecked"
+    signatures: Signatures = "unchecked"
     unsigned_records: int = 0
     unsigned_bytes: int = 0
     torn_fragments: list[str] = field(default_factory=list)
     problems: list[IntegrityProblem] = field(default_factory=list)
     complete: bool = False
+    # What the signatures cover: checkpoints that verified with a key, the newest of them (it
+    # authenticates every record up to it through the hash links), and whether the chain ends
+    # with a verified shutdown checkpoint (a cleanly closed chain).
+    keys_given: bool = False
+    verified_checkpoints: int = 0
+    covered_seq: int = 0
+    covered_time: str | None = None
+    sealed: bool = False
+    genesis_alg: str | None = None
+    genesis_key_id: str | None = None
+    live: bool = False  # a writer held the chain's lock when the reading ended
+    # Set by mpigate.audit.witness.apply_witness: the newest record the API server's audit log
+    # witnessed (and that matched), and where that log ends.
+    witness_given: bool = False
+    witnessed_seq: int | None = None
+    witnessed_time: str | None = None
+    witness_end: str | None = None
 
     @property
     def errors(self) -> list[IntegrityProblem]:
@@ -169,6 +195,11 @@ class ChainReport:
         """The first problem of ``kind``, if any."""
         return next((p for p in self.problems if p.kind == kind), None)
 
+    def status(self) -> ChainStatus:
+        """What can be said about the chain as a whole: verified, pending (a running writer's tail),
+        unverifiable since a time, or broken (see :func:`mpigate.audit.status.chain_status`)."""
+        return chain_status(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "chain": self.chain,
@@ -184,6 +215,11 @@ class ChainReport:
             "checkpoints": self.checkpoints,
             "lastCheckpoint": self.last_checkpoint.to_dict() if self.last_checkpoint else None,
             "signatures": self.signatures,
+            "verifiedCheckpoints": self.verified_checkpoints,
+            "sealed": self.sealed,
+            "live": self.live,
+            "witnessedSeq": self.witnessed_seq,
+            "status": self.status().to_dict(),
             "unsignedTail": {"records": self.unsigned_records, "bytes": self.unsigned_bytes},
             "recoveries": self.recoveries,
             "tornFragments": list(self.torn_fragments),
@@ -211,7 +247,9 @@ class ChainReader:
         self.directory = Path(chain_dir)
         self.keys = keys if keys is not None and not keys.empty else None
         self.max_problems = max_problems
-        self.report = ChainReport(chain=self.directory.name, directory=str(self.directory))
+        self.report = ChainReport(
+            chain=self.directory.name, directory=str(self.directory), keys_given=self.keys is not None
+        )
         self._recent: dict[int, str] = {}
         self._gaps: list[_Gap] = []
         self._last_seq = 0
@@ -219,6 +257,7 @@ class ChainReader:
         self._sig_failed = False
         self._unsigned_start: tuple[str, int] | None = None
         self._saw_unsigned_checkpoint = False
+        self._genesis_at: tuple[str, int] | None = None
 
     # ------------------------------------------------------------------ problems
 
@@ -365,6 +404,7 @@ class ChainReader:
         if type(time) is not str:
             time = str(time)
         if type(seq) is not int or type(stored) is not str or get("v") != RECORD_VERSION:
+            report.sealed = False
             self._problem("malformed", file, lineno, "missing or invalid v/seq/hash")
             seq = seq if type(seq) is int else 0
             return AuditEntry(report.chain, seq, time, stage, file, lineno, record, body, False)
@@ -421,7 +461,10 @@ class ChainReader:
         if stage == "checkpoint":
             self._check_checkpoint(Path(file), lineno, record, seq, time)
         else:
-            if stage == "recovered":
+            report.sealed = False
+            if stage == "genesis":
+                self._note_genesis(file, lineno, record)
+            elif stage == "recovered":
                 report.recoveries += 1
             if self._unsigned_start is None:
                 self._unsigned_start = (file, lineno)
@@ -434,6 +477,7 @@ class ChainReader:
     ) -> None:
         report = self.report
         report.checkpoints += 1
+        report.sealed = False
         checkpoint = record.get("checkpoint")
         if not isinstance(checkpoint, Mapping):
             self._problem("malformed", path, lineno, "checkpoint record without a checkpoint object")
@@ -445,6 +489,16 @@ class ChainReader:
         alg = str(checkpoint.get("alg", ""))
         verified: bool | None = None
         if alg == "none" or "sig" not in checkpoint:
+            if self.keys is not None and not self._saw_unsigned_checkpoint:
+                # Verifying with a key means the chain must be signed: an unsigned checkpoint is
+                # what a rewrite without the key can produce (a development writer's too).
+                self._problem(
+                    "unsigned-checkpoints",
+                    path,
+                    lineno,
+                    f"checkpoint seq {seq} carries no signature although a key was given: records "
+                    "before it are not authenticated (the writer had no key, or the chain was rewritten)",
+                )
             self._saw_unsigned_checkpoint = True
         elif self.keys is not None:
             why = self.keys.verify(
@@ -465,13 +519,54 @@ class ChainReader:
                     lineno,
                     f"checkpoint seq {seq}: {why} — records {after} may have been rewritten without the key",
                 )
-        report.last_checkpoint = CheckpointInfo(
-            seq, time, str(path), lineno, str(checkpoint.get("reason", "")), verified
-        )
+        reason = str(checkpoint.get("reason", ""))
+        report.last_checkpoint = CheckpointInfo(seq, time, str(path), lineno, reason, verified)
+        if verified:
+            report.verified_checkpoints += 1
+            report.covered_seq = seq
+            report.covered_time = time
+            report.sealed = reason == "shutdown"
         if verified is not False:
             self._unsigned_start = None
             report.unsigned_records = 0
             report.unsigned_bytes = 0
+
+    def _note_genesis(self, file: str, lineno: int, record: Mapping[str, Any]) -> None:
+        genesis = record.get("genesis")
+        if isinstance(genesis, Mapping):
+            self.report.genesis_alg = str(genesis.get("alg", ""))
+            self.report.genesis_key_id = str(genesis.get("keyId", ""))
+            self._genesis_at = (file, lineno)
+
+    def _check_signed_at_all(self) -> None:
+        """A signed chain needs at least one checkpoint that verifies: dropping every checkpoint
+        and recomputing the links (which needs no key) must not pass as intact."""
+        report = self.report
+        if not report.records or report.verified_checkpoints or self._sig_failed:
+            return
+        if self.keys is not None and self._saw_unsigned_checkpoint:
+            return  # reported at the first unsigned checkpoint
+        promised = report.genesis_alg not in (None, "", "none")
+        if self.keys is None and not (promised and report.checkpoints == 0):
+            return  # nothing to check without a key, unless the genesis contradicts the chain
+        where = self._genesis_at or (str(self.directory), None)
+        named = (
+            f"the genesis record names {report.genesis_alg} key {report.genesis_key_id or '?'}, but "
+            if promised
+            else ""
+        )
+        what = (
+            "the chain carries no checkpoint"
+            if report.checkpoints == 0
+            else "no checkpoint verifies with the given keys"
+        )
+        self._problem(
+            "no-valid-checkpoint",
+            where[0],
+            where[1],
+            f"{named}{what}: nothing in it is authenticated (checkpoints removed and the links "
+            "recomputed, or the chain rewritten without the key)",
+        )
 
     def _finish(self, previous: tuple[Path, int, dict[str, Any] | None, bool] | None) -> None:
         report = self.report
@@ -517,18 +612,22 @@ class ChainReader:
                 "end of the chain was cut)",
                 "warning",
             )
-        if self._saw_unsigned_checkpoint:
-            report.signatures = "unsigned"
-            self._problem(
-                "unsigned-checkpoints",
-                str(self.directory),
-                None,
-                "checkpoints carry no signature (the writer had no key): "
-                "a rewritten chain cannot be detected",
-                "warning",
-            )
-        elif self._sig_failed:
+        self._check_signed_at_all()
+        if self._sig_failed:
             report.signatures = "failed"
+        elif self._saw_unsigned_checkpoint:
+            report.signatures = "unsigned"
+            if self.keys is None:
+                self._problem(
+                    "unsigned-checkpoints",
+                    str(self.directory),
+                    None,
+                    "checkpoints carry no signature (the writer had no key): "
+                    "a rewritten chain cannot be detected",
+                    "warning",
+                )
+        elif report.checkpoints == 0 or (self.keys is not None and not report.verified_checkpoints):
+            report.signatures = "missing"
         elif self.keys is None:
             report.signatures = "unchecked"
             if report.checkpoints:
@@ -541,6 +640,7 @@ class ChainReader:
                 )
         else:
             report.signatures = "verified"
+        report.live = writer_is_live(self.directory)
         order = {name: i for i, name in enumerate(p.name for p in list_segments(self.directory))}
         report.problems.sort(key=lambda p: (order.get(Path(p.file).name, -1), p.line or 0))
         report.complete = True

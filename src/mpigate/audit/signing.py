@@ -5,8 +5,9 @@ and without ``checkpoint.sig`` — so it binds the chain id, the sequence number
 ``prev`` (the hash of the chain head it certifies). Rewriting any earlier record changes that head
 and every later checkpoint stops verifying unless the forger holds the key.
 
-With Ed25519 the verifier needs only the public key; with HMAC the verifier holds the secret and
-could therefore forge, so HMAC suits self-checks and Ed25519 suits third-party audits.
+With Ed25519 (the default) the verifier needs only the public key; with HMAC the verifier holds the
+secret and could therefore forge, so HMAC suits self-checks and Ed25519 suits third-party audits.
+A key file is checked against the configured method: a PEM key is never taken as an HMAC secret.
 Every signature names its ``keyId`` so that a verifier with several keys (key rotation) picks the
 right one.
 """
@@ -35,6 +36,7 @@ __all__ = [
     "KeyRing",
     "Signer",
     "generate_key",
+    "key_method",
     "load_signer",
     "signed_bytes",
 ]
@@ -125,14 +127,43 @@ def _read(path: Path) -> bytes:
         raise AuditKeyError(f"cannot read key file {path}: {exc.strerror or exc}") from exc
 
 
+def _is_pem(data: bytes) -> bool:
+    return data.lstrip().startswith(b"-----BEGIN ")
+
+
 def _hmac_key_from_file(path: Path) -> bytes:
     # Kubernetes Secrets and `openssl rand` files often end in a newline that is not key material.
     return _read(path).strip()
 
 
+def _hmac_secret(path: Path) -> bytes:
+    """An HMAC secret from a key file — never a PEM key, whose text would otherwise be taken as
+    the secret without a word (and every checkpoint would then fail to verify with the key pair)."""
+    secret = _hmac_key_from_file(path)
+    if _is_pem(secret):
+        raise AuditKeyError(
+            f"{path} holds a PEM key (such as the Ed25519 key `mpigate audit keygen` makes), but the "
+            f"signing method is {HMAC_SHA256}: set OrgPolicy spec.audit.signing.method: {ED25519}, or "
+            f"make an HMAC secret with `mpigate audit keygen --method {HMAC_SHA256} KEYFILE`"
+        )
+    return secret
+
+
+def key_method(key_file: str | Path) -> str:
+    """The signing method a key file is for: ``ed25519`` for a PEM key, else ``hmac-sha256``."""
+    return ED25519 if _is_pem(_read(Path(key_file))) else HMAC_SHA256
+
+
 def _load_private(path: Path) -> Ed25519PrivateKey:
+    data = _read(path)
+    if not _is_pem(data):
+        raise AuditKeyError(
+            f"{path} is no PEM key (an HMAC secret?), but the signing method is {ED25519}: make the "
+            f"key with `mpigate audit keygen --method {ED25519} KEYFILE --public KEYFILE.pub`, or set "
+            f"OrgPolicy spec.audit.signing.method: {HMAC_SHA256}"
+        )
     try:
-        key = serialization.load_pem_private_key(_read(path), password=None)
+        key = serialization.load_pem_private_key(data, password=None)
     except ValueError as exc:
         raise AuditKeyError(f"{path} is not a PEM private key: {exc}") from exc
     if not isinstance(key, Ed25519PrivateKey):
@@ -142,6 +173,8 @@ def _load_private(path: Path) -> Ed25519PrivateKey:
 
 def _load_public(path: Path) -> Ed25519PublicKey:
     data = _read(path)
+    if not _is_pem(data):
+        raise AuditKeyError(f"{path} is no PEM key (an HMAC secret? give it with --key)")
     try:
         key = serialization.load_pem_public_key(data)
     except ValueError:
@@ -156,7 +189,7 @@ def load_signer(method: str, key_file: str | Path) -> Signer:
     """The signer for ``OrgPolicy.audit.signing`` (``hmac-sha256`` or ``ed25519``)."""
     path = Path(key_file)
     if method == HMAC_SHA256:
-        return HmacSigner(_hmac_key_from_file(path))
+        return HmacSigner(_hmac_secret(path))
     if method == ED25519:
         return Ed25519Signer(_load_private(path))
     raise AuditKeyError(f"unknown signing method {method!r} (expected one of {', '.join(ALGORITHMS)})")
@@ -188,13 +221,19 @@ class KeyRing:
     public_keys: Mapping[str, Ed25519PublicKey] = field(default_factory=dict, repr=False)
 
     @staticmethod
-    def load(hmac_files: Iterable[str | Path] = (), public_key_files: Iterable[str | Path] = ()) -> KeyRing:
-        """Read ``--key`` files (HMAC secrets) and ``--public-key`` files (Ed25519 PEM)."""
+    def load(key_files: Iterable[str | Path] = (), public_key_files: Iterable[str | Path] = ()) -> KeyRing:
+        """Read ``--key`` files (the signing key: an HMAC secret, or an Ed25519 private key in PEM,
+        whose public half is taken) and ``--public-key`` files (Ed25519 PEM)."""
         hmacs: dict[str, bytes] = {}
-        for item in hmac_files:
-            secret = _hmac_key_from_file(Path(item))
-            hmacs[_hmac_key_id(secret)] = secret
         publics: dict[str, Ed25519PublicKey] = {}
+        for item in key_files:
+            path = Path(item)
+            if key_method(path) == ED25519:
+                public = _load_public(path)
+                publics[_ed25519_key_id(public)] = public
+            else:
+                secret = _hmac_key_from_file(path)
+                hmacs[_hmac_key_id(secret)] = secret
         for item in public_key_files:
             public = _load_public(Path(item))
             publics[_ed25519_key_id(public)] = public

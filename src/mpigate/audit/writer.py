@@ -81,6 +81,7 @@ class _State:
     offset: int = 0
     lines: int = 0
     segment_started: float | None = None  # epoch seconds of the segment's first record
+    unsigned_since: float | None = None  # monotonic time of the first record after the last checkpoint
 
     def copy(self) -> _State:
         return replace(self)
@@ -126,7 +127,6 @@ class AuditLog:
         self._state = _State()
         self._needs_reload = True
         self._healthy = True
-        self._last_commit = time.monotonic()
         self._last_stage = ""
         self._sentinels = Sentinels(secrets.token_hex(16))
         self._thread: threading.Thread | None = None
@@ -275,21 +275,31 @@ class AuditLog:
             raise
 
     def _idle_timeout(self) -> float:
-        opts = self._options
-        if self._state.since_checkpoint:
-            return max(0.01, opts.checkpoint_idle_seconds - (time.monotonic() - self._last_commit))
-        return min(opts.checkpoint_idle_seconds, opts.rotate_max_age_seconds, 60.0)
+        due = self._checkpoint_due_at()
+        if due is not None:
+            return max(0.01, due - time.monotonic())
+        return min(self._options.rotate_max_age_seconds, 60.0)
+
+    def _checkpoint_due_at(self) -> float | None:
+        """When the unsigned records reach ``checkpoint_interval_seconds`` (monotonic), or None."""
+        state = self._state
+        if not state.since_checkpoint or state.unsigned_since is None:
+            return None
+        return state.unsigned_since + self._options.checkpoint_interval_seconds
+
+    def _checkpoint_due(self) -> bool:
+        due = self._checkpoint_due_at()
+        return due is not None and time.monotonic() >= due
 
     def _idle(self) -> None:
         now = self._clock().timestamp()
-        idle_for = time.monotonic() - self._last_commit
         try:
             if self._needs_reload:
                 return  # the next append retries; nothing to sign meanwhile
             if self._due_for_rotation(now):
                 self._rotate(now)
-            elif self._state.since_checkpoint and idle_for >= self._options.checkpoint_idle_seconds:
-                self._commit_internal(lambda: [self._checkpoint_line("idle")])
+            elif self._checkpoint_due():
+                self._commit_internal(lambda: [self._checkpoint_line("age")])
         except OSError as exc:
             self._note_failure(exc, 0)
 
@@ -360,6 +370,8 @@ class AuditLog:
             written.append(record)
             if self._state.since_checkpoint >= self._options.checkpoint_every:
                 lines.append(self._checkpoint_line("interval"))
+        if self._checkpoint_due():  # the oldest unsigned record waited long enough: sign in this commit
+            lines.append(self._checkpoint_line("age"))
         try:
             self._write_durably(b"".join(lines), snapshot)
         except OSError as exc:
@@ -441,7 +453,6 @@ class AuditLog:
         return error
 
     def _succeeded(self, lines: int) -> None:
-        self._last_commit = time.monotonic()
         if self._metrics is not None:
             self._metrics.batch_records.observe(lines)
         if not self._healthy:
@@ -481,7 +492,10 @@ class AuditLog:
         self._last_stage = stage
         if stage == "checkpoint":
             state.since_checkpoint = 0
+            state.unsigned_since = None
         else:
+            if not state.since_checkpoint:
+                state.unsigned_since = time.monotonic()
             state.since_checkpoint += 1
         assert state.segment is not None
         return state.segment.name, state.lines
@@ -613,6 +627,10 @@ class AuditLog:
                     state.seq,
                     current.name,
                 )
+        if last is not None and last.get("stage") != "checkpoint":
+            # resuming after a failure with an unsigned tail: it is due for a signature too
+            state.since_checkpoint = 1
+            state.unsigned_since = time.monotonic()
         self._state = state
         self._last_stage = str(last.get("stage", "")) if last else ""
         self._open_segment(current, create=False)
@@ -625,7 +643,10 @@ class AuditLog:
         def build() -> list[bytes]:
             lines: list[bytes] = []
             if last is None:
+                # Signed at once: every intact chain carries a checkpoint from its first record on,
+                # so a chain without a valid one is a rewrite, never a young chain.
                 lines.append(self._internal_line(self._genesis_entry()))
+                lines.append(self._checkpoint_line("genesis"))
             if moved is not None:
                 name, size = moved
                 recovered = {

@@ -16,9 +16,13 @@ from mpigate.audit._canonical import format_time, parse_time
 from mpigate.audit.errors import AuditKeyError
 from mpigate.audit.export import export_csv, export_jsonl, export_openreports, filter_team
 from mpigate.audit.reader import ChainReport, read_chains
-from mpigate.audit.signing import ALGORITHMS, KeyRing, generate_key
+from mpigate.audit.signing import ALGORITHMS, ED25519, KeyRing, generate_key
+from mpigate.audit.status import trail_status
+from mpigate.audit.witness import Witness, apply_witness
+from mpigate.config import ConfigError, load
+from mpigate.report.k8saudit import K8sAuditReader
 
-from ._output import OUTPUT_OPTION, dump, file_format
+from ._output import OUTPUT_OPTION, dump, echo_config_failure, file_format
 
 __all__ = ["audit_group"]
 
@@ -28,7 +32,8 @@ KEY_OPTIONS = [
         "keys",
         multiple=True,
         type=click.Path(exists=True, dir_okay=False),
-        help="HMAC secret file to check hmac-sha256 checkpoints (repeat for rotated keys).",
+        help="The signing key file (HMAC secret, or Ed25519 private key) to check checkpoints with "
+        "(repeat for rotated keys).",
     ),
     click.option(
         "--public-key",
@@ -72,12 +77,14 @@ def _relative(path: str) -> str:
 
 
 def _echo_report(report: ChainReport) -> None:
-    status = (
-        click.style("OK", fg="green")
-        if report.ok
-        else click.style(f"{len(report.errors)} PROBLEM(S)", fg="red")
-    )
-    click.echo(f"chain {report.chain} ({_relative(report.directory)}): {status}")
+    status = report.status()
+    label = {
+        "verified": click.style("VERIFIED", fg="green"),
+        "pending": click.style("VERIFIED (writer running)", fg="green"),
+        "unverifiable": click.style("UNVERIFIABLE", fg="yellow"),
+        "broken": click.style(f"{len(report.errors)} PROBLEM(S)", fg="red"),
+    }[status.state]
+    click.echo(f"chain {report.chain} ({_relative(report.directory)}): {label}")
     span = f"seq {report.first_seq}..{report.last_seq}" if report.records else "no records"
     click.echo(
         f"  records:         {report.records} ({span}) in {report.segments} segment(s), {report.bytes} bytes"
@@ -92,10 +99,21 @@ def _echo_report(report: ChainReport) -> None:
         click.echo(f"  last checkpoint: seq {cp.seq} at {cp.time} ({where}, {cp.reason}, {state})")
     else:
         click.echo("  last checkpoint: none")
-    click.echo(f"  signatures:      {report.signatures}")
+    verified = f" ({report.verified_checkpoints} checkpoint(s) verified)" if report.keys_given else ""
+    click.echo(f"  signatures:      {report.signatures}{verified}")
+    if report.witness_given:
+        seen = (
+            f"up to seq {report.witnessed_seq} ({report.witnessed_time})"
+            if report.witnessed_seq is not None
+            else "no decision of this chain"
+        )
+        click.echo(f"  witness:         {seen}; the API server's log runs to {report.witness_end or '-'}")
     if report.recoveries or report.torn_fragments:
         fragments = ", ".join(report.torn_fragments) or "-"
         click.echo(f"  recoveries:      {report.recoveries} (fragments moved aside: {fragments})")
+    if status.state != "broken":
+        color = "yellow" if status.state == "unverifiable" else None
+        click.secho(f"  status:          {status.text()}", fg=color)
     for problem in report.problems:
         color = "red" if problem.severity == "error" else "yellow"
         click.secho(
@@ -106,21 +124,42 @@ def _echo_report(report: ChainReport) -> None:
 @audit_group.command("verify")
 @click.argument("directories", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
 @_key_options
+@click.option(
+    "--k8s-audit",
+    "k8s_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The API server's audit log as witness (audit.k8s.io Event JSON lines, may be gzipped; "
+    "repeatable): every decision's chain position is in it, so removed newest records and deleted "
+    "chains are found.",
+)
 @OUTPUT_OPTION
 def verify_command(
-    directories: tuple[str, ...], keys: tuple[str, ...], public_keys: tuple[str, ...], output: str
+    directories: tuple[str, ...],
+    keys: tuple[str, ...],
+    public_keys: tuple[str, ...],
+    k8s_files: tuple[str, ...],
+    output: str,
 ) -> None:
     """Check every chain under DIRECTORIES: hashes, links, sequence, segments, signatures.
 
-    Reports per chain the records, segments, time span and last checkpoint, and the file and line
-    of the first occurrence of each problem (edited, deleted or reordered records, truncated or
-    deleted segments, forged checkpoints). Exits 1 when any chain has an error; warnings (such as
-    records after the last checkpoint) do not fail.
+    Reports per chain the records, segments, time span and last checkpoint, the file and line of
+    the first occurrence of each problem (edited, deleted or reordered records, truncated or
+    deleted segments, forged or missing checkpoints), and a status: verified (every record
+    authenticated by a signed checkpoint, the chain closed by its shutdown checkpoint), pending
+    (a running writer holds the chain; its newest records are signed at its next checkpoint),
+    unverifiable since a time (no key, or the newest records are covered by no signature), or
+    broken. With --k8s-audit the API server's audit log witnesses the chains: a chain position it
+    saw beyond a chain's end, a record that differs from the one it saw, or a chain it names without
+    a directory is an error, and the records it saw count as verified. Exits 0 when every chain is
+    verified or pending, else 1 (2 when a --k8s-audit file cannot be read).
 
     \b
-    Example:
-      mpigate audit verify /var/lib/mpigate/audit --key /etc/mpigate/audit-key/key
+    Examples:
+      mpigate audit verify /var/lib/mpigate/audit --public-key audit-key.pub
+      mpigate audit verify archive/ live/ --public-key audit-key.pub --k8s-audit kube-audit.log.gz
     """
+    witness = _read_witness(k8s_files) if k8s_files else None
     reading = read_chains(directories, _keyring(keys, public_keys))
     if not reading.readers:
         raise click.UsageError(
@@ -129,15 +168,44 @@ def verify_command(
     for _ in reading:
         pass
     reports = reading.reports
+    if witness is not None:
+        reports = apply_witness(reports, witness)
+    trail = trail_status(reports)
     if output == "text":
+        if witness is not None:
+            click.echo(
+                f"witness: {witness.positions} chain position(s) of {len(witness.newest)} chain(s) in "
+                f"{len(k8s_files)} API-server audit log(s), newest event {witness.end or '-'}"
+            )
+            if witness.malformed:
+                click.secho(
+                    f"warning: {witness.malformed} record annotation(s) are no chain position, first "
+                    f"{witness.first_malformed}",
+                    fg="yellow",
+                )
         for report in reports:
             _echo_report(report)
-        bad = sum(1 for r in reports if not r.ok)
         summary = f"{len(reports)} chain(s), {sum(r.records for r in reports)} records: "
-        click.echo(summary + ("all intact" if not bad else f"{bad} with problems"))
+        click.echo(summary + trail.text())
+        if trail.chain_set_note:
+            click.echo(f"note: {trail.chain_set_note}")
     else:
-        click.echo(dump({"ok": reading.ok, "chains": [r.to_dict() for r in reports]}, output), nl=False)
-    sys.exit(0 if reading.ok else 1)
+        document = {"ok": trail.ok, "status": trail.to_dict(), "chains": [r.to_dict() for r in reports]}
+        click.echo(dump(document, output), nl=False)
+    sys.exit(0 if trail.ok else 1)
+
+
+def _read_witness(files: tuple[str, ...]) -> Witness:
+    """The positions every file witnessed (the report reads these logs with the same reader)."""
+    witness = Witness()
+    for name in files:
+        reader = K8sAuditReader(name)
+        for _ in reader:
+            pass
+        if reader.stats.unreadable:
+            raise click.BadParameter(f"{name}: {reader.stats.unreadable}", param_hint="--k8s-audit")
+        witness.merge(reader.witness)
+    return witness
 
 
 def _bound(value: str | None, option: str) -> str | None:
@@ -255,20 +323,50 @@ def export_command(
 
 @audit_group.command("keygen")
 @click.argument("key_file", type=click.Path(dir_okay=False))
-@click.option("--method", type=click.Choice(ALGORITHMS), default="ed25519", show_default=True)
+@click.option(
+    "--method",
+    type=click.Choice(ALGORITHMS),
+    help="ed25519 (default: auditors verify with the public key) or hmac-sha256 (a shared secret).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="Take the method from this config tree's OrgPolicy (spec.audit.signing.method).",
+)
 @click.option(
     "--public", "public_file", type=click.Path(dir_okay=False), help="Where to write the Ed25519 public key."
 )
-def keygen_command(key_file: str, method: str, public_file: str | None) -> None:
-    """Create a checkpoint signing key (mode 0600): a 32-byte HMAC secret or an Ed25519 key pair.
+def keygen_command(
+    key_file: str, method: str | None, config_path: Path | None, public_file: str | None
+) -> None:
+    """Create a checkpoint signing key (mode 0600): an Ed25519 key pair or a 32-byte HMAC secret.
+
+    With --config the method is the one the org's OrgPolicy names, so that `mpigate serve` accepts
+    the key (it refuses a key that does not suit the configured method).
 
     \b
-    Example:
-      mpigate audit keygen --method ed25519 audit-key.pem --public audit-key.pub
+    Examples:
+      mpigate audit keygen audit-key.pem --public audit-key.pub --config acme-config
       kubectl -n mpigate-system create secret generic mpigate-audit-key --from-file=key=audit-key.pem
     """
+    if config_path is not None:
+        try:
+            configured = load(config_path).org.audit.signing_method
+        except ConfigError as exc:
+            echo_config_failure(config_path, exc.problems, point_at="pass one with --config PATH")
+            sys.exit(2)
+        if method is not None and method != configured:
+            raise click.UsageError(
+                f"--method {method} contradicts the OrgPolicy in {config_path}, which signs with "
+                f"{configured} (spec.audit.signing.method); drop --method or change the OrgPolicy"
+            )
+        method = configured
+    method = method or ED25519
     if Path(key_file).exists():
         raise click.UsageError(f"{key_file} exists; refusing to overwrite a key")
+    if public_file is not None and method != ED25519:
+        raise click.UsageError(f"--public is for ed25519 keys; an {method} key has no public half")
     private, public = generate_key(method)
     fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:
@@ -278,6 +376,8 @@ def keygen_command(key_file: str, method: str, public_file: str | None) -> None:
         target = public_file or f"{key_file}.pub"
         Path(target).write_bytes(public)
         click.echo(f"wrote public key to {target} (give it to verifiers: --public-key {target})")
+    else:
+        click.echo(f"verifiers need this secret itself (--key {key_file}): whoever verifies could also sign")
 
 
 @audit_group.command("ship")

@@ -161,7 +161,7 @@ def report_command(
     where = "stdout" if output == "-" else output
     click.echo(
         f"wrote {fmt} report to {where}: {integrity['chains']} chain(s) "
-        + ("all intact" if integrity["ok"] else f"{integrity['broken']} NOT INTACT")
+        + (integrity["status"]["text"] if integrity["ok"] else f"{integrity['broken']} NOT INTACT")
         + f", {report['totals']['recordsInPeriod']:,} record(s) in the period; "
         f"controls: {summary['met']} met, {summary['attention']} attention, "
         f"{summary['no evidence']} no evidence",

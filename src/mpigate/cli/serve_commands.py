@@ -35,6 +35,7 @@ from mpigate.admission.client import (
 from mpigate.admission.kube import KubeConfig, KubeConfigError, in_cluster_config, load_kubeconfig
 from mpigate.admission.logjson import JsonFormatter, fields
 from mpigate.admission.metrics import Metrics
+from mpigate.admission.recorder import RecordPosition
 from mpigate.admission.review import Stage
 from mpigate.admission.routes import DEFAULT_PORT
 from mpigate.admission.server import ServeOptions, WebhookServer
@@ -50,6 +51,7 @@ from mpigate.audit import (
     load_signer,
     record_from_decision,
 )
+from mpigate.audit.signing import ED25519, key_method
 from mpigate.config import ConfigError, Document, Location, Problem, Severity, load, parse_quantity
 from mpigate.config.model import AuditSettings
 from mpigate.policy.decision import AdmissionInput, Decision, UserInfo
@@ -106,8 +108,9 @@ class AuditRecorder:
         self.log = log
         self.source = source
 
-    async def record(self, decision: Decision, request: AdmissionInput, stage: Stage) -> None:
-        await self.log.append(record_from_decision(decision, request, stage, self.source))
+    async def record(self, decision: Decision, request: AdmissionInput, stage: Stage) -> RecordPosition:
+        written = await self.log.append(record_from_decision(decision, request, stage, self.source))
+        return RecordPosition(written.chain, written.seq, written.hash)
 
     @property
     def healthy(self) -> bool:
@@ -120,16 +123,22 @@ class AuditRecorder:
 async def open_audit(
     directory: Path, settings: AuditSettings | None, key_file: Path | None, metrics: Metrics
 ) -> AuditRecorder:
-    """Open the audit chain under ``directory`` with the org's audit settings (if loaded)."""
+    """Open the audit chain under ``directory`` with the org's audit settings (if loaded).
+
+    The key must suit the org's ``spec.audit.signing.method`` (a PEM key is never taken as an HMAC
+    secret); only when the config cannot be loaded is the method read off the key file."""
     signer = None
-    method = settings.signing_method if settings else "hmac-sha256"
     key = key_file or (Path(settings.signing_key_file) if settings and settings.signing_key_file else None)
     if key is not None:
+        origin = "--audit-key" if key_file else "spec.audit.signing.keyFile of the OrgPolicy"
         try:
+            method = settings.signing_method if settings else key_method(key)
             signer = load_signer(method, key)
         except AuditKeyError as exc:
-            origin = "--audit-key" if key_file else "spec.audit.signing.keyFile of the OrgPolicy"
-            make = f"mpigate audit keygen --method {method} KEYFILE"
+            if key.exists():  # the key is there but does not suit the method: the message says why
+                raise AuditKeyError(f"audit signing key ({origin}): {exc}") from exc
+            wanted = settings.signing_method if settings else ED25519
+            make = f"mpigate audit keygen --method {wanted} KEYFILE"
             raise AuditKeyError(
                 f"audit signing key ({origin}): {exc} (hint: create one with `{make}` and pass "
                 "`--audit-key KEYFILE`; in a cluster it is the mounted Secret, see docs/operations.md)"

@@ -125,6 +125,7 @@ def _org(entry: Entry) -> OrgPolicy:
             sink=audit["sink"],
             directory=audit["directory"],
             checkpoint_every=audit["checkpointEvery"],
+            checkpoint_interval_seconds=parse_duration(audit["checkpointInterval"]),
             rotate_max_bytes=audit["rotate"]["maxBytes"],
             rotate_max_age_seconds=parse_duration(audit["rotate"]["maxAge"]),
             signing_method=audit["signing"]["method"],

@@ -119,6 +119,7 @@ class AuditSettings:
     sink: str
     directory: str
     checkpoint_every: int
+    checkpoint_interval_seconds: int
     rotate_max_bytes: int
     rotate_max_age_seconds: int
     signing_method: str

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from mpigate.audit.reader import AuditEntry, ChainReport
+from mpigate.audit.status import trail_status
 from mpigate.catalogue import all_rules
 
 from ._util import add_counts, now, period_days
@@ -207,9 +208,11 @@ class ReportBuilder:
             "recordsNotIntact": self.records_not_intact,
             "signatures": {
                 state: sum(1 for c in chain_reports if c.signatures == state)
-                for state in ("verified", "unchecked", "unsigned", "failed")
+                for state in ("verified", "unchecked", "unsigned", "failed", "missing")
             },
             "firstProblem": first_problem,
+            # verified / pending / unverifiable since <time> / broken, per chain (mpigate.audit.status)
+            "status": trail_status(chain_reports).to_dict(),
         }
         days = period_days(
             opts.since,

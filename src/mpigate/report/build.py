@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from mpigate.audit.layout import chain_dirs, list_segments
 from mpigate.audit.reader import ChainReader, ChainReport
 from mpigate.audit.signing import KeyRing
+from mpigate.audit.witness import Witness, apply_witness
 from mpigate.config import Config
 
 from .aggregate import ReportBuilder, ReportOptions
@@ -194,5 +195,11 @@ def build_report(
         k8s_results = [(b, r) for b, r in _run(tasks, _workers(jobs, tasks)) if isinstance(r, K8sAuditStats)]
     for builder, _ in k8s_results:
         merged.merge(builder)
-    reports = sorted((r for _, r in chain_results), key=lambda r: r.chain)
+    reports: list[ChainReport] = sorted((r for _, r in chain_results), key=lambda r: r.chain)
+    if logs:
+        # The API-server logs witness the chains: removed newest records and deleted chains show.
+        witness = Witness()
+        for _, stats in k8s_results:
+            witness.merge(stats.witness)
+        reports = apply_witness(reports, witness)
     return merged.finish(reports, [s for _, s in k8s_results])

@@ -9,13 +9,19 @@ The log backend of kube-apiserver writes one ``Event`` per line; rotated files m
 
 - writes (create, update, patch, delete, deletecollection) of TrainJobs, TrainingRuntimes and
   ClusterTrainingRuntimes — who (user, service account, or someone impersonating them), what,
-  the response code and mpigate's ``auditAnnotations`` (``<webhook name>/decision``, ...);
+  the response code and mpigate's ``auditAnnotations`` (``<webhook name>/decision``, ...), with
+  the chain positions of the decisions' audit records (``<webhook name>/record``) as
+  :attr:`ApiEvent.positions`;
 - requests the authorizer refused (``authorization.k8s.io/decision: forbid``) — RBAC denials.
 
 Everything else is counted, not kept. Only the ``ResponseComplete`` and ``Panic`` stages count
 (a policy that also logs ``RequestReceived`` would otherwise count each request twice). A line
 that is not an audit event is counted as malformed, with the first such line's number and why;
 it never stops the report.
+
+The reader's :attr:`K8sAuditReader.witness` collects the newest chain position seen per chain and
+how far the log runs: what ``mpigate audit verify --k8s-audit`` and the report check the chains
+against (:mod:`mpigate.audit.witness`).
 """
 
 from __future__ import annotations
@@ -23,13 +29,14 @@ from __future__ import annotations
 import gzip
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any, NamedTuple, cast
 
 from mpigate.audit._canonical import format_time, parse_time
 from mpigate.audit.reader import parse_json_object
+from mpigate.audit.witness import POSITION_ANNOTATION, Position, Witness
 
 __all__ = [
     "TRAINER_RESOURCES",
@@ -58,7 +65,7 @@ _API_VERSIONS = frozenset({"audit.k8s.io/v1", "audit.k8s.io/v1beta1", "audit.k8s
 # after the webhook name is accepted too.
 _MPIGATE_ANNOTATION = re.compile(
     r"^(?P<webhook>[^/]*mpigate[^/]*)/(?:mpigate\.io/)?"
-    r"(?P<key>decision|rules|revision|exceptions|dry-run|patch)$"
+    r"(?P<key>decision|rules|revision|exceptions|dry-run|patch|record)$"
 )
 _FAST_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d+))?Z$")
 _MAX_REASON = 200
@@ -128,6 +135,9 @@ class ApiEvent(NamedTuple):
     mpigate: Mapping[str, str]
     file: str
     line: int
+    # the audit records of mpigate's decisions on this request (mutate and validate), from the
+    # ``<webhook name>/record`` annotations
+    positions: tuple[Position, ...] = ()
 
     @property
     def actor(self) -> str:
@@ -180,6 +190,7 @@ class K8sAuditStats:
     unreadable: str | None = None
     first_time: str | None = None
     last_time: str | None = None
+    witness: Witness = field(default_factory=Witness, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -213,6 +224,8 @@ class K8sAuditReader:
         self.path = Path(path)
         self._file = str(self.path)
         self.stats = K8sAuditStats(file=self._file)
+        self.witness = self.stats.witness
+        self._latest = ""  # the newest event time seen (as written)
 
     def _malformed(self, line: int, reason: str) -> None:
         stats = self.stats
@@ -256,6 +269,8 @@ class K8sAuditReader:
                             yield event
             except (OSError, EOFError, gzip.BadGzipFile) as exc:
                 stats.unreadable = f"read error after line {stats.lines}: {exc}"
+        if self._latest:
+            self.witness.saw(normalize_time(self._latest))
 
     def _event(self, data: Any, lineno: int) -> ApiEvent | None:
         # The hot path of a cluster-wide log: most events are reads of other resources, so they
@@ -278,10 +293,12 @@ class K8sAuditReader:
             return None
         if not _FAST_TIME.match(stamp):  # not the API server's own format: must still be a time
             try:
-                normalize_time(stamp)
+                stamp = normalize_time(stamp)
             except ValueError:
                 self._malformed(lineno, f"bad timestamp {stamp!r}")
                 return None
+        if stamp > self._latest:
+            self._latest = stamp
         stats.events += 1
         if get("stage", "") not in _COUNTED_STAGES:
             stats.other_stages += 1
@@ -310,12 +327,17 @@ class K8sAuditReader:
         if type(impersonated) is not dict:
             impersonated = {}
         mpigate: dict[str, str] = {}
+        positions: list[Position] = []
         for key, value in annotations.items():
             if "mpigate" not in key:
                 continue
             match = _MPIGATE_ANNOTATION.match(key)
             if match:
                 name = match.group("key")
+                if name == POSITION_ANNOTATION:  # every webhook's record is a witnessed position
+                    position = self.witness.add(str(value), time, self._file, lineno)
+                    if position is not None:
+                        positions.append(position)
                 # the validating webhook's verdict wins over the mutating one's (which has none)
                 if name not in mpigate or match.group("webhook").startswith("validate"):
                     mpigate[name] = str(value)
@@ -340,4 +362,5 @@ class K8sAuditReader:
             mpigate,
             self._file,
             lineno,
+            tuple(positions),
         )

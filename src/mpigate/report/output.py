@@ -175,11 +175,17 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 20) -> str:
         out.append("")
     status = report["controlSummary"]
     out.append(f"- **Team:** {_md(report['filters']['team'] or 'all teams')}")
+    trail = integrity["status"]
     out.append(
         f"- **Integrity:** {integrity['chains']} chain(s), "
-        + ("all intact" if integrity["ok"] else f"{integrity['broken']} BROKEN")
+        + (trail["text"] if integrity["ok"] else f"{integrity['broken']} BROKEN")
         + f"; signatures verified on {integrity['signatures']['verified']}"
     )
+    out.extend(
+        f"  - `{_md(c['chain'])}`: {_md(c['text'])}" for c in trail["chains"] if c["state"] == "unverifiable"
+    )
+    if trail["chainSetNote"]:
+        out.append(f"  - {_md(trail['chainSetNote'])}")
     out.append(
         f"- **Decisions:** {_num(sum(d.values()))} ({_num(d['allowed'])} allowed, "
         f"{_num(d['allowed-with-warnings'])} with warnings, {_num(d['denied'])} denied)"
@@ -273,8 +279,12 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """The report as tidy rows (one fact per row), in a fixed section order."""
     for chain in report["inputs"]["chains"]:
         first = next((p for p in chain["problems"] if p["severity"] == "error"), None)
-        detail = f"{first['file']}:{first['line']} {first['kind']}: {first['message']}" if first else ""
-        outcome = "intact" if chain["ok"] else "broken"
+        status = chain["status"]
+        if first:
+            detail = f"{first['file']}:{first['line']} {first['kind']}: {first['message']}"
+        else:
+            detail = status["text"] if status["state"] == "unverifiable" else ""
+        outcome = "broken" if not chain["ok"] else status["state"]
         yield _row(
             "integrity", "records", chain["records"], name=chain["chain"], outcome=outcome, detail=detail
         )

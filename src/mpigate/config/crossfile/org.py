@@ -56,6 +56,13 @@ def check_org(c: Collector, tree: Tree) -> None:
             "value.runtime",
             "make defaultRuntime at most maxRuntime",
         )
+    audit = spec["audit"]
+    for path, text in (
+        (["spec", "audit", "checkpointInterval"], audit["checkpointInterval"]),
+        (["spec", "audit", "rotate", "maxAge"], audit["rotate"]["maxAge"]),
+    ):
+        if parse_duration(text) < 1:
+            c.error(org, path, f"{text} is no time at all", "value.duration", "give at least 1s, e.g. 10s")
     for i, allowed in enumerate(spec["runtimes"]["allowed"]):
         if isinstance(allowed, dict):
             for j, team in enumerate(allowed.get("teams") or ()):
