@@ -1,12 +1,17 @@
-"""Audit trail benchmark: durable appends with group commit vs. one fsync per record, and
-verification throughput on a large log.
+"""Audit trail benchmark: durable appends with group commit vs. one fsync per record, what
+checkpoint cadence and signing method cost, and verification throughput on a large log.
 
     .venv/bin/python benchmarks/audit.py [--seconds 3] [--records 1000000] [--dir DIR]
+        [--skip-appends] [--skip-checkpoints] [--skip-verify]
 
 Appends go through the asyncio API the webhook uses (N concurrent tasks, each appending in a
 loop and waiting for durability). Goals: >= 5,000 durable records/s at 50 writers; verify
->= 100,000 records/s. The directory defaults to a temporary one on the same file system as the
-repository (fsync cost depends on the disk: run it where the audit volume would live).
+>= 100,000 records/s. The checkpoint part runs the same load with checkpoints every 1000 / 100 /
+10 / 1 records (HMAC and Ed25519), and a paced load (one record every 20 ms, as a quiet webhook)
+with checkpointInterval 10 s / 1 s / 0.1 s, and reports the checkpoints' share of records and
+bytes and the longest time a record waited for its signature (the unverifiable window). The
+directory defaults to a temporary one on the same file system as the repository (fsync cost
+depends on the disk: run it where the audit volume would live).
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from mpigate.audit import AsyncAuditLog, AuditLog, HmacSigner, WriterOptions
-from mpigate.audit.reader import verify_chain
+from mpigate.audit import AsyncAuditLog, AuditLog, Ed25519Signer, HmacSigner, Signer, WriterOptions
+from mpigate.audit.reader import ChainReader, verify_chain
 
 SECRET = b"benchmark-secret-0123456789abcdef"
 ENTRY = {
@@ -62,13 +67,21 @@ ENTRY = {
 
 
 async def _run_writers(
-    directory: Path, writers: int, seconds: float, group_commit: bool
+    directory: Path,
+    writers: int,
+    seconds: float,
+    group_commit: bool,
+    *,
+    chain: str | None = None,
+    signer: Signer | None = None,
+    options: WriterOptions | None = None,
+    pace: float = 0.0,
 ) -> tuple[int, list[float]]:
     log = await AsyncAuditLog.open(
         directory,
-        chain=f"bench-{writers}-{'group' if group_commit else 'single'}",
-        signer=HmacSigner(SECRET),
-        options=WriterOptions(group_commit=group_commit),
+        chain=chain or f"bench-{writers}-{'group' if group_commit else 'single'}",
+        signer=signer or HmacSigner(SECRET),
+        options=options or WriterOptions(group_commit=group_commit),
     )
     latencies: list[float] = []
     deadline = time.monotonic() + seconds
@@ -78,6 +91,8 @@ async def _run_writers(
             started = time.perf_counter()
             await log.append(ENTRY)
             latencies.append(time.perf_counter() - started)
+            if pace:
+                await asyncio.sleep(pace)
 
     started = time.monotonic()
     await asyncio.gather(*(writer() for _ in range(writers)))
@@ -102,6 +117,84 @@ def bench_appends(root: Path, seconds: float) -> None:
         single_rate, single_lat = asyncio.run(_run_writers(root, writers, seconds, False))
         group = f"{group_rate:>18,} {_p99(group_lat):>8.2f}"
         print(f"{writers:>8} | {group} | {single_rate:>22,} {_p99(single_lat):>8.2f}")
+
+
+def _checkpoint_share(chain_dir: Path) -> tuple[float, float, float]:
+    """Checkpoints' share of the records and bytes, and the longest a record waited for the
+    checkpoint that signed it (seconds, from the records' own times)."""
+    records = checkpoints = 0
+    size = checkpoint_bytes = 0
+    waiting_since: float | None = None
+    longest = 0.0
+    for entry in ChainReader(chain_dir):
+        records += 1
+        size += len(entry.raw) + 1
+        moment = (
+            time.mktime(time.strptime(entry.time[:19], "%Y-%m-%dT%H:%M:%S")) + int(entry.time[20:23]) / 1000
+        )
+        if entry.stage == "checkpoint":
+            checkpoints += 1
+            checkpoint_bytes += len(entry.raw) + 1
+            if waiting_since is not None:
+                longest = max(longest, moment - waiting_since)
+            waiting_since = None
+        elif waiting_since is None:
+            waiting_since = moment
+    return checkpoints / records, checkpoint_bytes / size, longest
+
+
+def bench_checkpoints(root: Path, seconds: float) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    hmac_signer: Signer = HmacSigner(SECRET)
+    ed_signer: Signer = Ed25519Signer(Ed25519PrivateKey.generate())
+    sample = b"x" * 400  # a checkpoint record's canonical bytes are ~400
+    for name, signer in (("hmac-sha256", hmac_signer), ("ed25519", ed_signer)):
+        rounds = 2000
+        started = time.perf_counter()
+        for _ in range(rounds):
+            signer.sign(sample)
+        print(f"\nsigning one checkpoint, {name}: {(time.perf_counter() - started) / rounds * 1e6:,.0f} µs")
+    print(f"\ncheckpoint cadence, 10 concurrent writers ({seconds:g} s per run)")
+    columns = f"{'rec/s':>8} {'p99 ms':>7} | {'checkpoints':>11} {'bytes':>6} | {'longest wait s':>14}"
+    print(f"{'signer':>12} {'every':>6} | {columns}")
+    for name, signer, every in (
+        ("hmac-sha256", hmac_signer, 1000),
+        ("ed25519", ed_signer, 1000),
+        ("ed25519", ed_signer, 100),
+        ("ed25519", ed_signer, 10),
+        ("ed25519", ed_signer, 1),
+    ):
+        chain = f"cadence-{name}-{every}"
+        rate, latencies = asyncio.run(
+            _run_writers(
+                root,
+                10,
+                seconds,
+                True,
+                chain=chain,
+                signer=signer,
+                options=WriterOptions(checkpoint_every=every),
+            )
+        )
+        share, byte_share, longest = _checkpoint_share(root / chain)
+        figures = f"{rate:>8,} {_p99(latencies):>7.2f} | {share:>10.1%} {byte_share:>6.1%}"
+        print(f"{name:>12} {every:>6} | {figures} | {longest:>14.2f}")
+    paced = max(seconds, 3)
+    print(f"\ncheckpoint interval, one writer pacing a record every 20 ms ({paced:g} s per run, ed25519)")
+    print(f"{'interval s':>10} | {'records':>8} | {'checkpoints':>11} {'bytes':>6} | {'longest wait s':>14}")
+    for interval in (10.0, 1.0, 0.1):
+        chain = f"interval-{interval:g}"
+        options = WriterOptions(checkpoint_interval_seconds=interval)
+        _, latencies = asyncio.run(
+            _run_writers(
+                root, 1, max(seconds, 3), True, chain=chain, signer=ed_signer, options=options, pace=0.02
+            )
+        )
+        share, byte_share, longest = _checkpoint_share(root / chain)
+        print(
+            f"{interval:>10g} | {len(latencies):>8,} | {share:>10.1%} {byte_share:>6.1%} | {longest:>14.2f}"
+        )
 
 
 def bench_verify(root: Path, records: int) -> None:
@@ -167,6 +260,7 @@ def main() -> int:
     )
     parser.add_argument("--skip-verify", action="store_true")
     parser.add_argument("--skip-appends", action="store_true")
+    parser.add_argument("--skip-checkpoints", action="store_true")
     args = parser.parse_args()
     base = args.dir or Path(__file__).resolve().parents[1] / "build"
     base.mkdir(parents=True, exist_ok=True)
@@ -174,6 +268,8 @@ def main() -> int:
     try:
         if not args.skip_appends:
             bench_appends(root, args.seconds)
+        if not args.skip_checkpoints:
+            bench_checkpoints(root, args.seconds)
         if not args.skip_verify:
             bench_verify(root, args.records)
     finally:
