@@ -73,9 +73,9 @@ done
 [ -n "$url" ] || { echo "the webhook did not start"; cat build/demo-webhook/server.log; exit 1; }
 echo "webhook listening on $url (log: build/demo-webhook/server.log)"
 echo
-echo "\$ mpigate review examples/trainjobs examples/runtimes --server $url --ca .../ca.crt"
+echo "\$ mpigate review examples/trainjobs examples/runtimes examples/mpijobs --server $url --ca .../ca.crt"
 status=0
-mpigate review examples/trainjobs examples/runtimes --server "$url" --ca build/demo-webhook/certs/ca.crt \
+mpigate review examples/trainjobs examples/runtimes examples/mpijobs --server "$url" --ca build/demo-webhook/certs/ca.crt \
   --user maria --group nlp-team-scientists || status=$?
 echo "(exit status $status: 1 means some objects were denied, as their '# expect:' headers say)"
 [ "$status" -le 1 ] || exit 1

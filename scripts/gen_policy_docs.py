@@ -246,6 +246,23 @@ PSS_EXAMPLES: dict[str, Example] = {
 ALIAS_WHAT = "Trainer resolves the TrainJob's pods from its runtime, every runtime patch and `spec.trainer`; "
 
 PAGES: dict[str, Page] = {
+    "MPG-API-001": Page(
+        what="The object must be a kind and `apiVersion` mpigate judges: `TrainJob`, `TrainingRuntime` and "
+        "`ClusterTrainingRuntime` in `trainer.kubeflow.org/v1alpha1`. The install base sends every version "
+        "of TrainJobs, runtimes and `kubeflow.org` MPIJobs to the webhooks (`apiVersions: [\"*\"]`); any "
+        "other version or kind that reaches the engine — a TrainJob version Trainer serves after this "
+        "release, an MPIJob of the old training operator (`kubeflow.org/v1`), a kind a widened webhook "
+        "configuration sends — is answered by this rule, naming the `apiVersion`. `mpigate explain`, "
+        "`mpigate review` and the webhook give the same answer. DELETE is allowed and recorded.",
+        why="An object mpigate cannot read would run unjudged: no quota, Pod Security, image, residency or "
+        "network rule could see its pods. Judging it as the version mpigate knows could miss fields the "
+        "new version added. Failing closed turns an API upgrade into a visible decision instead of a "
+        "silent bypass.",
+        fix="Write the object in the version mpigate judges. An org that accepts running such objects "
+        "unjudged (for a migration, say) sets `spec.enforcement.overrides: {MPG-API-001: warn}` in "
+        "`policies/org.yaml` (admitted with a warning, recorded), or a `PolicyException` for one team.",
+        example=Example(file="examples/trainjobs/deny-unknown-version.yaml"),
+    ),
     "MPG-TEAM-001": Page(
         what="A TrainJob's namespace must belong to a team (a `TeamQuota` lists it under `spec.namespaces`). "
         "With `managedNamespaces.unmanaged: deny` (the example org) TrainJobs elsewhere are denied; "

@@ -61,7 +61,7 @@ def test_catalogue_covers_the_design_table() -> None:
         assert rid in ids
     for info in all_rules().values():
         assert info.controls, info.id
-        assert set(info.applies) <= {"TrainJob", "TrainingRuntime"}
+        assert set(info.applies) <= {"TrainJob", "TrainingRuntime", "MPIJob"}
     assert {r.id for r in all_rules().values() if r.advisory} == {"MPG-Q004", "MPG-Q008"}
 
 

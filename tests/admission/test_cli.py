@@ -139,6 +139,34 @@ def test_review_prints_kubectl_style_outcomes(example_webhook: tuple[str, Path])
     assert any(w.startswith("[MPG-IMG-002]") for w in data[0]["warnings"])
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        REPO / "examples" / "trainjobs" / "deny-unknown-version.yaml",
+        REPO / "examples" / "mpijobs" / "deny-mpijob-v1.yaml",
+    ],
+    ids=lambda p: p.stem,
+)
+def test_explain_review_and_the_webhook_deny_what_mpigate_does_not_understand_alike(
+    example_webhook: tuple[str, Path], path: Path
+) -> None:
+    """Issue 16 item 9: MPIJobs were skipped with exit 0, other TrainJob versions judged as v1alpha1
+    by explain and skipped by review. Now all three answer MPG-API-001, naming the apiVersion."""
+    url, ca = example_webhook
+    obj = yaml.safe_load(path.read_text(encoding="utf-8"))
+    named = f"mpigate does not understand {obj['kind']} {obj['apiVersion']}"
+    explained = CliRunner().invoke(cli, ["explain", "--config", str(REPO), str(path), "-o", "json"])
+    assert explained.exit_code == 1, explained.output
+    (explanation,) = json.loads(explained.stdout)
+    reviewed = CliRunner().invoke(cli, ["review", str(path), "--server", url, "--ca", str(ca), "-o", "json"])
+    assert reviewed.exit_code == 1, reviewed.output
+    (review_result,) = json.loads(reviewed.stdout)
+    assert explanation["decision"]["allowed"] is False and review_result["allowed"] is False
+    assert explanation["decision"]["message"] == review_result["message"]
+    assert f"[MPG-API-001] apiVersion: {named}" in review_result["message"]
+    assert review_result["auditAnnotations"]["rules"] == "MPG-API-001"
+
+
 def test_review_reports_a_file_with_bad_yaml_as_explain_does_and_goes_on(
     example_webhook: tuple[str, Path], tmp_path: Path
 ) -> None:

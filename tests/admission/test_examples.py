@@ -21,9 +21,7 @@ from tests.conftest import REPO, TODAY
 
 from .conftest import ThreadedWebhook, write_cert
 
-EXAMPLES = sorted((REPO / "examples" / "trainjobs").glob("*.yaml")) + sorted(
-    (REPO / "examples" / "runtimes").glob("*.yaml")
-)
+EXAMPLES = sorted((REPO / "examples").glob("*/*.yaml"))
 RULE = re.compile(r"MPG-[A-Z0-9]+(?:-[A-Z0-9]+)*")
 
 

@@ -67,6 +67,39 @@ def test_delete_has_no_object_and_cluster_runtimes_no_namespace() -> None:
     assert decoded.input.namespace is None and decoded.resource.resource == "clustertrainingruntimes"
 
 
+@pytest.mark.parametrize(
+    ("group", "version", "resource", "kind", "namespace"),
+    [
+        ("trainer.kubeflow.org", "v1beta1", "trainjobs", "TrainJob", "alpha"),
+        ("kubeflow.org", "v1", "mpijobs", "MPIJob", "alpha"),
+        ("", "v1", "pods", "Pod", "alpha"),
+        ("trainer.kubeflow.org", "v1", "clustertrainingruntimes", "ClusterTrainingRuntime", ""),
+    ],
+)
+def test_an_object_mpigate_does_not_understand_is_decoded_for_the_engine_to_answer(
+    group: str, version: str, resource: str, kind: str, namespace: str
+) -> None:
+    """Not a 400 that no OrgPolicy could configure: the engine answers it (MPG-API-001), as explain
+    and review do."""
+    data = review()
+    api_version = f"{group}/{version}" if group else version
+    data["request"].update(
+        kind={"group": group, "version": version, "kind": kind},
+        resource={"group": group, "version": version, "resource": resource},
+        namespace=namespace,
+    )
+    data["request"]["object"].update(apiVersion=api_version, kind=kind)
+    decoded = decode_review(data)
+    assert isinstance(decoded, ReviewRequest)
+    assert decoded.input.kind == kind and decoded.resource.api_version == api_version
+    assert decoded.input.obj is not None and decoded.input.obj["apiVersion"] == api_version
+    assert decoded.input.namespace == (namespace or None)
+    # the object must still be the one the request says it is
+    data["request"]["object"].update(kind="Secret")
+    bad = decode_review(data)
+    assert isinstance(bad, BadReview) and bad.path == "request.object"
+
+
 def test_generate_name_is_used_when_the_name_is_not_assigned_yet() -> None:
     obj = trainjob()
     del obj["metadata"]["name"]
@@ -89,12 +122,6 @@ def test_generate_name_is_used_when_the_name_is_not_assigned_yet() -> None:
         (lambda d: d["request"].pop("uid"), "request.uid", "non-empty string, got null", False),
         (lambda d: d["request"].update(uid=7), "request.uid", "got number", False),
         (lambda d: d["request"].update(uid="x" * 300), "request.uid", "is not a UID", False),
-        (
-            lambda d: d["request"]["resource"].update(resource="pods", group="", version="v1"),
-            "request.resource",
-            "does not judge v1, resource pods",
-            True,
-        ),
         (lambda d: d["request"].update(subResource="status"), "request.resource", "trainjobs/status", True),
         (lambda d: d["request"]["kind"].update(kind="Pod"), "request.kind.kind", 'got "Pod"', True),
         (lambda d: d["request"].update(operation="PATCH"), "request.operation", 'got "PATCH"', True),

@@ -11,10 +11,10 @@ import pytest
 
 from mpigate.config import Config
 from mpigate.config.model import Enforcement
-from mpigate.policy import LiveContext
+from mpigate.policy import AdmissionInput, LiveContext, judge, mutations
 from mpigate.policy.findings import WARNING_LIMIT
 from mpigate.policy.rules.security import credential_reason
-from tests.policy.helpers import decide, example_org, ids, read, runtime_patch, trainjob
+from tests.policy.helpers import NOW, decide, example_org, ids, read, runtime_patch, trainjob
 
 
 @pytest.fixture(scope="module")
@@ -502,6 +502,49 @@ def test_every_example_decision_serialises_and_warnings_fit(org: Config) -> None
         assert decision.revision == "test"
 
 
-def test_other_kinds_are_not_ours(org: Config) -> None:
-    decision = decide(org, {"kind": "ConfigMap", "metadata": {"name": "x", "namespace": "nlp-team"}})
-    assert decision.allowed and decision.violations == () and decision.patch == ()
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [
+        ("trainer.kubeflow.org/v1beta1", "TrainJob"),  # judged as v1alpha1 by explain before
+        ("trainer.kubeflow.org/v1", "ClusterTrainingRuntime"),
+        ("kubeflow.org/v1", "MPIJob"),  # the old training operator's
+        ("v1", "ConfigMap"),  # whatever a widened webhook configuration sends
+        (None, "TrainJob"),
+    ],
+)
+def test_what_the_engine_does_not_understand_is_denied_naming_the_api_version(
+    org: Config, api_version: str | None, kind: str
+) -> None:
+    obj: dict[str, Any] = {"kind": kind, "metadata": {"name": "x", "namespace": "nlp-team"}, "spec": {}}
+    if api_version is not None:
+        obj["apiVersion"] = api_version
+    decision = decide(org, obj)
+    assert not decision.allowed and decision.rule_ids == ("MPG-API-001",) and decision.patch == ()
+    (violation,) = decision.violations
+    shown = api_version or "(no apiVersion)"
+    assert violation.path == "apiVersion" and f"{kind} {shown}" in violation.message
+    assert f"[MPG-API-001] apiVersion: mpigate does not understand {kind} {shown}" in decision.message
+    assert decision.team == "nlp-team"
+    # the mutating webhook gives no verdict and no patch; the validating one (the same routes) denies
+    request = AdmissionInput("CREATE", kind, "nlp-team", "x", obj)
+    assert mutations(org, request).allowed and mutations(org, request).patch == ()
+    assert judge(org, request, now=NOW).violations == decision.violations
+    # deleting one is allowed and recorded
+    deleted = decide(org, None, operation="DELETE", old=obj)
+    assert deleted.allowed and deleted.rule_ids == ("MPG-LIFE-004",)
+
+
+def test_an_org_can_admit_what_mpigate_does_not_understand_with_a_warning(org: Config) -> None:
+    """MPG-API-001 is a rule like the others: `spec.enforcement.overrides` sets its mode."""
+    warn = dataclasses.replace(
+        org,
+        org=dataclasses.replace(org.org, enforcement=Enforcement.build("enforce", {"MPG-API-001": "warn"})),
+    )
+    obj = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "MPIJob",
+        "metadata": {"name": "x", "namespace": "nlp-team"},
+    }
+    decision = decide(warn, obj)
+    assert decision.allowed and decision.rule_ids == ("MPG-API-001",)
+    assert decision.warnings[0].startswith("[MPG-API-001] MPIJob kubeflow.org/v1 is not understood")

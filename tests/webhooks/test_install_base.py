@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from mpigate.admission import routes
+from mpigate.policy.kinds import UNDERSTOOD
 from mpigate.render import read_objects
 from tests.conftest import REPO
 
@@ -69,11 +70,59 @@ def test_webhook_paths_operations_and_resources_match_the_server_routes() -> Non
                 for version in rule["apiVersions"]:
                     for resource in rule["resources"]:
                         seen[role].add((group, version, resource, rule["scope"]))
-    known = {
-        (g, v, r, "Namespaced" if namespaced else "Cluster") for g, v, r, _, namespaced in routes.RESOURCES
+    # every version of every routed resource: a version the engine does not understand reaches it
+    # and is denied (MPG-API-001) instead of passing unjudged
+    routed = {(g, "*", r, "Namespaced" if namespaced else "Cluster") for g, r, _, namespaced in routes.ROUTED}
+    assert seen["validate"] == routed
+    assert seen["mutate"] == {
+        ("trainer.kubeflow.org", "*", "trainjobs", "Namespaced"),
+        ("kubeflow.org", "*", "mpijobs", "Namespaced"),
     }
-    assert seen["validate"] == known
-    assert seen["mutate"] == {("trainer.kubeflow.org", "v1alpha1", "trainjobs", "Namespaced")}
+    # what the engine understands is a subset of what is routed
+    for g, _, r, kind, namespaced in routes.RESOURCES:
+        assert (g, r, kind, namespaced) in routes.ROUTED
+
+
+def _routed_versions(role: str, group: str, resource: str) -> set[str]:
+    versions: set[str] = set()
+    for each_role, webhook in _webhooks():
+        if each_role != role:
+            continue
+        for rule in webhook["rules"]:
+            if group in rule["apiGroups"] and resource in rule["resources"]:
+                versions.update(rule["apiVersions"])
+    return versions
+
+
+@pytest.mark.upstream
+def test_every_version_the_upstream_crds_serve_is_routed_and_understood(upstream: Path) -> None:
+    """Nothing passes unjudged: each version Trainer's CRDs serve reaches both webhooks, and the
+    engine understands it (so it is judged, not denied as unknown)."""
+    crds = upstream / "trainer" / "crds"
+    served: list[tuple[str, str, str, str]] = []
+    for path in sorted(crds.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if not doc or doc.get("kind") != "CustomResourceDefinition":
+                continue
+            names = doc["spec"]["names"]
+            for version in doc["spec"]["versions"]:
+                if version.get("served"):
+                    served.append((doc["spec"]["group"], version["name"], names["plural"], names["kind"]))
+    assert {p for _, _, p, _ in served} == {"trainjobs", "trainingruntimes", "clustertrainingruntimes"}
+    for group, version, plural, kind in served:
+        validate = _routed_versions("validate", group, plural)
+        assert version in validate or "*" in validate, (plural, version)
+        if plural == "trainjobs":
+            mutate = _routed_versions("mutate", group, plural)
+            assert version in mutate or "*" in mutate
+        assert (f"{group}/{version}", kind) in UNDERSTOOD, (group, version, kind)
+
+
+def test_mpijobs_are_routed_to_both_webhooks_in_team_and_other_namespaces() -> None:
+    validating = {w["name"]: w for _, w in _webhooks()}
+    for name in ("mutate.trainjobs.mpigate.io", "validate.team.mpigate.io", "validate.unmanaged.mpigate.io"):
+        rules = validating[name]["rules"]
+        assert any("kubeflow.org" in r["apiGroups"] and "mpijobs" in r["resources"] for r in rules), name
 
 
 def test_webhook_settings() -> None:

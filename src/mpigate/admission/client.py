@@ -19,7 +19,7 @@ from mpigate.policy import JsonPatchError, apply_patch
 from mpigate.policy.decision import UserInfo
 
 from .review import ADMISSION_API_VERSION, REVIEW_KIND, ResourceSpec
-from .routes import MUTATE_PATH, RESOURCES, VALIDATE_PATH
+from .routes import MUTATE_PATH, ROUTED, VALIDATE_PATH
 
 __all__ = [
     "ReplayResult",
@@ -39,11 +39,16 @@ class ReviewClientError(Exception):
 
 
 def resource_of(obj: Mapping[str, Any]) -> ResourceSpec | None:
-    """The judged resource an object belongs to (by apiVersion and kind)."""
-    for row in RESOURCES:
-        spec = ResourceSpec(*row)
-        if obj.get("apiVersion") == spec.api_version and obj.get("kind") == spec.kind:
-            return spec
+    """The resource an object is sent to the webhooks as, when the install base routes its group and
+    kind (:data:`routes.ROUTED`, every version: the webhook answers a version it does not
+    understand with MPG-API-001, so it is sent like any other)."""
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        return None
+    group, _, version = api_version.rpartition("/")
+    for routed_group, resource, routed_kind, namespaced in ROUTED:
+        if (group, kind) == (routed_group, routed_kind) and version:
+            return ResourceSpec(group, version, resource, kind, namespaced)
     return None
 
 
@@ -63,7 +68,9 @@ def make_review(
         raise ValueError("an object or an old object is needed")
     spec = resource_of(subject)
     if spec is None:
-        raise ValueError(f"mpigate does not judge {subject.get('apiVersion')}/{subject.get('kind')}")
+        raise ValueError(
+            f"the webhooks are not sent {subject.get('kind')} {subject.get('apiVersion')} (routes.ROUTED)"
+        )
     meta = subject.get("metadata") or {}
     ns = (namespace or meta.get("namespace") or "default") if spec.namespaced else ""
     user = user or UserInfo(username="kubernetes-admin", groups=("system:masters", "system:authenticated"))
@@ -283,7 +290,7 @@ _VERBS = {
 
 def format_outcome(result: ReplayResult, source: str, *, webhook: str = "validate.team.mpigate.io") -> str:
     """The outcome as ``kubectl apply`` would print it (plus the mutations mpigate made)."""
-    group = next((row[0] for row in RESOURCES if row[3] == result.kind), "")
+    group = next((row[0] for row in ROUTED if row[2] == result.kind), "")
     resource = f"{result.kind.lower()}.{group}" if group else result.kind.lower()
     done, doing = _VERBS.get(result.operation, ("admitted", "admitting"))
     lines = [f"Warning: {w}" for w in result.warnings]

@@ -106,7 +106,7 @@ class ResourceSpec:
 
     @property
     def api_version(self) -> str:
-        return f"{self.group}/{self.version}"
+        return f"{self.group}/{self.version}" if self.group else self.version
 
 
 _RESOURCES: Final = tuple(ResourceSpec(*row) for row in RESOURCES)
@@ -276,18 +276,22 @@ def _decode_request(uid: str, request: dict[str, Any]) -> ReviewRequest:
     version = _str(resource, "version", f"{path}.resource", required=True)
     plural = _str(resource, "resource", f"{path}.resource", required=True)
     sub = _str(request, "subResource", path)
-    spec = resource_for(group, version, plural)
-    if spec is None or sub:
+    if sub:
         shown = f"{group}/{version}" if group else version
-        shown += f", resource {plural}" + (f"/{sub}" if sub else "")
         raise _Bad(
             f"{path}.resource",
-            f"mpigate does not judge {shown}; it judges "
+            f"mpigate does not judge subresources ({shown}, resource {plural}/{sub}); it judges "
             + ", ".join(f"{r.resource}.{r.group}/{r.version}" for r in _RESOURCES)
             + " (check the rules of the webhook configuration)",
         )
     kind_name = _str(kind, "kind", f"{path}.kind", required=True)
-    if kind_name != spec.kind:
+    spec = resource_for(group, version, plural)
+    if spec is None:
+        # Not an object the engine understands (a version or kind the webhook configuration sends
+        # but mpigate does not judge): decoded as sent, so that the engine answers it with
+        # MPG-API-001 (denied unless the org configures otherwise), as explain and review do.
+        spec = ResourceSpec(group, version, plural, kind_name, bool(request.get("namespace")))
+    elif kind_name != spec.kind:
         raise _Bad(f"{path}.kind.kind", f"expected {spec.kind} for resource {plural}, got {_show(kind_name)}")
     operation = _str(request, "operation", path, required=True)
     if operation not in OPERATIONS:

@@ -12,6 +12,7 @@ __all__ = [
     "MUTATE_PATH",
     "READYZ_PATH",
     "RESOURCES",
+    "ROUTED",
     "VALIDATE_PATH",
     "WEBHOOK_OPERATIONS",
 ]
@@ -23,7 +24,19 @@ READYZ_PATH: Final = "/readyz"
 METRICS_PATH: Final = "/metrics"
 DEFAULT_PORT: Final = 8443
 
-# (apiGroup, version, resource, kind, namespaced) of every object the webhooks judge.
+# (apiGroup, resource, kind, namespaced) the install base sends to the webhooks, in every version
+# (webhooks/base/webhookconfigurations.yaml: apiVersions ["*"]): a version the engine does not
+# understand (one Trainer serves after this release, kubeflow.org/v1 MPIJobs of the old training
+# operator) reaches it and is denied by MPG-API-001 instead of passing unjudged. MPIJobs are routed
+# so that they cannot run around the gate (many clusters still run the MPI Operator).
+ROUTED: Final = (
+    ("trainer.kubeflow.org", "trainjobs", "TrainJob", True),
+    ("trainer.kubeflow.org", "trainingruntimes", "TrainingRuntime", True),
+    ("trainer.kubeflow.org", "clustertrainingruntimes", "ClusterTrainingRuntime", False),
+    ("kubeflow.org", "mpijobs", "MPIJob", True),
+)
+# (apiGroup, version, resource, kind, namespaced) of every object the engine understands
+# (policy/kinds.py UNDERSTOOD); any other routed version is answered with MPG-API-001.
 RESOURCES: Final = (
     ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", True),
     ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes", "TrainingRuntime", True),

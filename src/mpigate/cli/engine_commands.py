@@ -13,15 +13,12 @@ import yaml
 
 from mpigate.config import Config, ConfigError, Document, load
 from mpigate.policy import AdmissionInput, Decision, LiveContext, UserInfo, apply_patch, evaluate
-from mpigate.policy.engine import RUNTIME_KINDS
 from mpigate.policytest import junit_xml, parse_time, run_suites
 
-from ._inputs import read_objects
+from ._inputs import read_objects, unrouted
 from ._output import OUTPUT_OPTION, dump, echo_config_failure, echo_problems
 
 __all__ = ["explain_command", "test_command"]
-
-_KINDS = frozenset({"TrainJob", *RUNTIME_KINDS})
 
 
 def _load_config(path: Path, point_at: str) -> Config:
@@ -134,13 +131,9 @@ def explain_command(
             continue
         for document in documents:
             data = document.data
-            if not isinstance(data, Mapping) or data.get("kind") not in _KINDS:
-                kind = data.get("kind") if isinstance(data, Mapping) else type(data).__name__
-                click.echo(
-                    f"{document.file}:{document.line}: skipped {kind} (mpigate judges TrainJobs and "
-                    "runtimes)",
-                    err=True,
-                )
+            skipped = unrouted(document)
+            if skipped is not None or not isinstance(data, Mapping):
+                click.echo(f"{document.file}:{document.line}: {skipped}", err=True)
                 continue
             meta: Mapping[str, Any] = data["metadata"] if isinstance(data.get("metadata"), Mapping) else {}
             old = _match_old(old_docs, data)

@@ -29,7 +29,6 @@ from mpigate.admission.client import (
     ReviewClientError,
     format_outcome,
     replay,
-    resource_of,
     summarize,
 )
 from mpigate.admission.kube import KubeConfig, KubeConfigError, in_cluster_config, load_kubeconfig
@@ -56,7 +55,7 @@ from mpigate.config import ConfigError, Document, Location, Problem, Severity, l
 from mpigate.config.model import AuditSettings
 from mpigate.policy.decision import AdmissionInput, Decision, UserInfo
 
-from ._inputs import EMPTY_INPUT, read_objects
+from ._inputs import EMPTY_INPUT, read_objects, unrouted
 from ._output import OUTPUT_OPTION, dump, echo_problems
 
 __all__ = ["AuditRecorder", "certs_command", "review_command", "serve_command"]
@@ -553,12 +552,10 @@ def review_command(
                 continue
             for document in documents:
                 doc = document.data
-                if not isinstance(doc, dict) or resource_of(doc) is None:
+                skipped = unrouted(document)
+                if skipped is not None or not isinstance(doc, dict):
                     if output == "text":
-                        kind = doc.get("kind", "?") if isinstance(doc, dict) else type(doc).__name__
-                        click.echo(
-                            f"{file}:{document.line}: skipping {kind} (not judged by mpigate)", err=True
-                        )
+                        click.echo(f"{file}:{document.line}: {skipped}", err=True)
                     continue
                 old = doc if operation in ("UPDATE", "DELETE") else None
                 result = replay(

@@ -69,6 +69,7 @@ from .decision import (
 from .demand import build_demand, is_gpu
 from .findings import Finding, short_warning
 from .jsonpatch import diff
+from .kinds import unrecognized
 from .mutation import mutate
 from .prepared import config_gpu_resources, config_image_refs, prepared_runtime
 from .rules.image import check_image_ref, check_images
@@ -131,11 +132,20 @@ def _evaluate(
 ) -> Decision:
     moment = now or dt.datetime.now(dt.UTC)
     try:
+        unknown = unrecognized(request)
+        if unknown is not None:
+            return _unrecognized(config, request, unknown, moment)
         if request.kind == "TrainJob":
             return _trainjob(config, request, live, moment, mutate=mutate)
         if request.kind in RUNTIME_KINDS:
             return _runtime(config, request, moment)
-        return Decision.bare(request, config.revision)
+        # Unreachable while every pair of kinds.UNDERSTOOD has a branch above: fail closed anyway.
+        return Decision.bare(
+            request,
+            config.revision,
+            allowed=False,
+            message=f"mpigate has no judge for {request.kind}; denied to fail closed",
+        )
     except Exception:  # pragma: no cover - defensive: the fuzz tests keep this path unused
         return _failed_closed(config, request, "evaluating")
 
@@ -156,6 +166,10 @@ def mutations(
     (not a TrainJob, not a CREATE) is answered by :func:`evaluate`. Never raises: an internal error
     is logged and answered like ``evaluate``'s (denied, no patch).
     """
+    if unrecognized(request) is not None:
+        # Nothing to mutate in an object mpigate does not understand; the validating webhook (the
+        # same routes) denies it with MPG-API-001.
+        return Decision.bare(request, config.revision)
     if request.kind != "TrainJob" or request.operation != "CREATE":
         return evaluate(config, request, live, now)
     try:
@@ -176,6 +190,20 @@ def mutations(
         )
     except Exception:  # pragma: no cover - defensive: the fuzz tests keep this path unused
         return _failed_closed(config, request, "mutating")
+
+
+def _unrecognized(config: Config, request: AdmissionInput, finding: Finding, now: dt.datetime) -> Decision:
+    """An object the engine does not understand (:mod:`mpigate.policy.kinds`): MPG-API-001 and
+    nothing else (no rule could read it). A DELETE is recorded like any other."""
+    obj = _object(request) if request.obj is not None else as_mapping(request.old_obj)
+    namespace, name = _identity(request, obj)
+    team = config.team_for_namespace(namespace) if namespace else None
+    if request.operation in ("DELETE", "CONNECT"):
+        return _audited(config, request, namespace, name, team)
+    exceptions = config.exceptions_for(team.name) if team else ()
+    return _decide(
+        config, request, namespace or None, name, team, [finding], [], None, exceptions, labels_of(obj), now
+    )
 
 
 # -- TrainJobs -----------------------------------------------------------------------------------
