@@ -248,7 +248,8 @@ ALIAS_WHAT = "Trainer resolves the TrainJob's pods from its runtime, every runti
 PAGES: dict[str, Page] = {
     "MPG-API-001": Page(
         what="The object must be a kind and `apiVersion` mpigate judges: `TrainJob`, `TrainingRuntime` and "
-        "`ClusterTrainingRuntime` in `trainer.kubeflow.org/v1alpha1`. The install base sends every version "
+        "`ClusterTrainingRuntime` in `trainer.kubeflow.org/v1alpha1`, and `MPIJob` in `kubeflow.org/v2beta1` "
+        "([MPIJobs](../mpijobs.md)). The install base sends every version "
         "of TrainJobs, runtimes and `kubeflow.org` MPIJobs to the webhooks (`apiVersions: [\"*\"]`); any "
         "other version or kind that reaches the engine — a TrainJob version Trainer serves after this "
         "release, an MPIJob of the old training operator (`kubeflow.org/v1`), a kind a widened webhook "
@@ -408,7 +409,11 @@ PAGES: dict[str, Page] = {
         what="MPI runtime sanity: `mlPolicy.mpi.mpiImplementation` must be one the org allows "
         "(Trainer supports "
         "OpenMPI), and `sshAuthMountPath` must match the user the launcher and node containers run as: "
-        "`/root/.ssh` only for root, `/home/<user>/.ssh` for non-root images.",
+        "`/root/.ssh` only for root, `/home/<user>/.ssh` for non-root images. On an MPIJob the same holds "
+        "for `spec.mpiImplementation` and `spec.sshAuthMountPath` (the first container of the Launcher and "
+        "Worker), and this rule also refuses what the MPI Operator would not run: no Launcher, a Launcher "
+        "with other than 1 replica, a replica without a container, a `restartPolicy` other than `Never` "
+        "or `OnFailure`, a negative `slotsPerWorker` ([MPIJobs](../mpijobs.md)).",
         why="ssh reads keys from the home of the user it runs as; a mismatch makes mpirun fail "
         "after the job was "
         "admitted and the GPUs reserved.",

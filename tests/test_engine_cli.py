@@ -182,7 +182,7 @@ def test_test_command_passes_on_the_example_org(runner: CliRunner, tmp_path: Pat
     result = runner.invoke(cli, ["test", str(REPO), "--junit", str(junit)])
     assert result.exit_code == 0, result.output
     assert "PASS a well-formed job is admitted" in result.output
-    assert "cases passed in 8 suites" in result.output
+    assert "cases passed in 9 suites" in result.output
     root = ET.parse(junit).getroot()
     assert root.get("failures") == "0" and int(root.get("tests") or 0) >= 50
 

@@ -13,7 +13,9 @@ from mpigate.config import Config, load
 from mpigate.policy import AdmissionInput, apply_patch, evaluate, judge
 from tests.conftest import REPO, TODAY
 
-EXAMPLES = sorted((REPO / "examples" / "trainjobs").glob("*.yaml"))
+EXAMPLES = sorted((REPO / "examples" / "trainjobs").glob("*.yaml")) + sorted(
+    (REPO / "examples" / "mpijobs").glob("*.yaml")
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,7 @@ def config() -> Config:
 def _input(obj: dict[str, object]) -> AdmissionInput:
     meta = obj["metadata"]
     assert isinstance(meta, dict)
-    return AdmissionInput("CREATE", "TrainJob", meta.get("namespace"), str(meta.get("name", "")), obj)
+    return AdmissionInput("CREATE", str(obj["kind"]), meta.get("namespace"), str(meta.get("name", "")), obj)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

@@ -116,7 +116,7 @@ def test_runtimes_are_prepared_once_per_config(caplog: pytest.LogCaptureFixture)
 def test_nothing_shared_is_modified() -> None:
     """The request objects, the prepared runtimes and the decisions stay independent."""
     config = example_org()
-    jobs = [read(path) for path in EXAMPLES]
+    jobs = [read(path) for path in EXAMPLES + sorted((REPO / "examples" / "mpijobs").glob("*.yaml"))]
     originals = copy.deepcopy(jobs)
     decisions = []
     for obj in jobs:

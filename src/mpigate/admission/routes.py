@@ -41,6 +41,7 @@ RESOURCES: Final = (
     ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", True),
     ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes", "TrainingRuntime", True),
     ("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime", False),
+    ("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", True),
 )
 # Mutation happens on CREATE only (most of a TrainJob is immutable afterwards); validation sees
 # every operation so that UPDATE and DELETE are judged and audited.

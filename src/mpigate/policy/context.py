@@ -17,6 +17,7 @@ from mpigate.trainjob import Resolution
 from mpigate.trainjob.jsontypes import is_mapping
 
 from .decision import LiveContext, Operation
+from .shapes import TRAINJOB, JobShape
 
 __all__ = [
     "CLASSIFICATION_LABEL",
@@ -62,7 +63,7 @@ def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class JobContext:
-    """A TrainJob under evaluation (the mutated object on CREATE)."""
+    """A TrainJob or an MPIJob under evaluation (the mutated object on CREATE)."""
 
     config: Config
     operation: Operation
@@ -82,6 +83,8 @@ class JobContext:
     require_digest: bool
     require_digest_reason: str
     live: LiveContext | None
+    #: Where this kind of job keeps the fields messages name (TrainJob or MPIJob).
+    shape: JobShape = TRAINJOB
 
     @property
     def spec(self) -> Mapping[str, Any]:

@@ -14,6 +14,13 @@ UPDATE of a TrainJob
     already present on the old object). A label-only change by Kueue is therefore never denied for
     a pre-existing condition (for example a quota lowered since the job was created), while a
     suspended job whose patches gain a privileged container is. MPG-Q007/Q008 run on CREATE only.
+MPIJobs (``kubeflow.org/v2beta1``)
+    judged like TrainJobs on the Launcher and Worker pods the MPI Operator creates
+    (:func:`mpigate.trainjob.mpijob.resolve_mpijob`); the rules name the MPIJob's own fields through
+    its :class:`~mpigate.policy.shapes.JobShape`, and mutation writes into the pod templates
+    (:mod:`mpigate.policy.mpijob`: an MPIJob has no runtime patches).
+Anything else
+    an ``apiVersion`` or kind outside :data:`mpigate.policy.kinds.UNDERSTOOD` is MPG-API-001.
 DELETE / CONNECT
     always allowed, recorded as MPG-LIFE-004 in mode ``audit`` (who, what, when).
 Runtimes
@@ -44,6 +51,7 @@ from mpigate.trainjob import (
     resolve_runtime,
 )
 from mpigate.trainjob.jsontypes import is_mapping
+from mpigate.trainjob.mpijob import resolve_mpijob
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 from .context import (
@@ -70,6 +78,7 @@ from .demand import build_demand, is_gpu
 from .findings import Finding, short_warning
 from .jsonpatch import diff
 from .kinds import unrecognized
+from .mpijob import MPIJOB_PROBLEM_RULES, mutate_mpijob
 from .mutation import mutate
 from .prepared import config_gpu_resources, config_image_refs, prepared_runtime
 from .rules.image import check_image_ref, check_images
@@ -79,12 +88,15 @@ from .rules.quota import check_quota
 from .rules.residency import check_residency
 from .rules.runtime import check_mpi_sanity, check_runtime_approval, check_runtime_drift
 from .rules.security import check_pod_security, check_secrets, check_service_accounts, credential_reason
+from .shapes import MPIJOB, TRAINJOB, JobShape
 
 __all__ = ["RUNTIME_KINDS", "evaluate", "judge", "mutations"]
 
 log = logging.getLogger(__name__)
 
 RUNTIME_KINDS = frozenset({"ClusterTrainingRuntime", "TrainingRuntime"})
+# Jobs judged on their effective pods: a TrainJob on its runtime, an MPIJob on its replica templates.
+JOB_KINDS = frozenset({"TrainJob", "MPIJob"})
 # Rule families whose violations also evidence the data classification's own controls.
 _CLASSIFICATION_FAMILIES = ("MPG-RES-", "MPG-NET-", "MPG-IMG-")
 _OWN_MANAGER = frozenset({MPIGATE_MANAGER})
@@ -135,7 +147,7 @@ def _evaluate(
         unknown = unrecognized(request)
         if unknown is not None:
             return _unrecognized(config, request, unknown, moment)
-        if request.kind == "TrainJob":
+        if request.kind in JOB_KINDS:
             return _trainjob(config, request, live, moment, mutate=mutate)
         if request.kind in RUNTIME_KINDS:
             return _runtime(config, request, moment)
@@ -166,18 +178,19 @@ def mutations(
     (not a TrainJob, not a CREATE) is answered by :func:`evaluate`. Never raises: an internal error
     is logged and answered like ``evaluate``'s (denied, no patch).
     """
-    if unrecognized(request) is not None:
-        # Nothing to mutate in an object mpigate does not understand; the validating webhook (the
-        # same routes) denies it with MPG-API-001.
-        return Decision.bare(request, config.revision)
-    if request.kind != "TrainJob" or request.operation != "CREATE":
+    # Nothing to mutate in an object mpigate does not understand: no patch and no verdict here; the
+    # validating webhook (the same routes) denies it with MPG-API-001.
+    unknown = unrecognized(request) is not None
+    if not unknown and (request.kind not in JOB_KINDS or request.operation != "CREATE"):
         return evaluate(config, request, live, now)
     try:
         obj = _object(request) if request.obj is not None else as_mapping(request.old_obj)
         namespace, name = _identity(request, obj)
         team = config.team_for_namespace(namespace) if namespace else None
-        ctx0, _ = _job_context(config, "CREATE", obj, namespace, name, team, live, exclude=_OWN_MANAGER)
-        patch, _ = _mutation(ctx0, obj)
+        patch: list[dict[str, Any]] = []
+        if not unknown and request.operation == "CREATE":
+            ctx0, _ = _job_context(config, "CREATE", obj, namespace, name, team, live, exclude=_OWN_MANAGER)
+            patch, _ = _mutation(ctx0, obj)
         return Decision(
             allowed=True,
             operation=request.operation,
@@ -291,7 +304,10 @@ def _trainjob(
 def _mutation(ctx0: JobContext, obj: Mapping[str, Any]) -> tuple[list[dict[str, Any]], Mapping[str, Any]]:
     """mpigate's JSONPatch for a CREATE and the mutated object (``ctx0``: the job resolved without
     mpigate's own runtime patch)."""
-    mutated = mutate(ctx0, obj, ctx0.resolution)
+    if ctx0.shape is MPIJOB:
+        mutated = mutate_mpijob(ctx0, obj, ctx0.resolution)
+    else:
+        mutated = mutate(ctx0, obj, ctx0.resolution)
     return diff(obj, mutated), mutated
 
 
@@ -312,12 +328,13 @@ def _job_context(
     managers whose runtime patches the resolution leaves out."""
     org = config.org
     labels = labels_of(obj)
-    ref = as_mapping(as_mapping(obj.get("spec")).get("runtimeRef"))
+    shape = MPIJOB if obj.get("kind") == "MPIJob" else TRAINJOB
+    ref = as_mapping(as_mapping(obj.get("spec")).get("runtimeRef")) if shape is TRAINJOB else {}
     kind = ref.get("kind", "ClusterTrainingRuntime")
     runtime_name = as_str(ref.get("name")) or ""
     kind_s = kind if isinstance(kind, str) else ""
     in_tree = config.runtime(kind_s, runtime_name, namespace) if runtime_name and kind_s else None
-    if runtime is None:
+    if runtime is None and shape is TRAINJOB:
         if in_tree is not None:
             runtime = prepared_runtime(config, in_tree)
         elif live is not None and live.runtimes is not None and runtime_name:
@@ -356,7 +373,13 @@ def _job_context(
             and (a := org.runtime_approval(runtime_name, kind_s)) is not None
             and a.external
         ),
-        resolution=resolve(obj, runtime, exclude_managers=exclude) if runtime is not None else None,
+        resolution=(
+            resolve_mpijob(obj)
+            if shape is MPIJOB
+            else resolve(obj, runtime, exclude_managers=exclude)
+            if runtime is not None
+            else None
+        ),
         classification=classification,
         region=region,
         profile=profile,
@@ -364,6 +387,7 @@ def _job_context(
         require_digest=require_digest,
         require_digest_reason=reason,
         live=live,
+        shape=shape,
     )
     return ctx, runtime
 
@@ -433,22 +457,28 @@ _PROBLEM_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
-def _problem_findings(problems: Iterable[Problem]) -> Iterator[Finding]:
+def _problem_findings(problems: Iterable[Problem], shape: JobShape = TRAINJOB) -> Iterator[Finding]:
+    # A TrainJob's problems are its runtime's (MPG-RT-001) unless a field of its own has the wrong
+    # type; an MPIJob has no runtime: what the MPI Operator would refuse is MPI sanity (MPG-RT-002)
+    # unless a rule owns the field.
+    table, default = (
+        (_PROBLEM_RULES, "MPG-RT-001") if shape is TRAINJOB else (MPIJOB_PROBLEM_RULES, "MPG-RT-002")
+    )
     for problem in problems:
         if problem.advisory:
             continue
-        rule = "MPG-RT-001"
-        if problem.malformed and not problem.in_runtime:
-            rule = next(
-                (r for prefix, r in _PROBLEM_RULES if problem.field[: len(prefix)] == prefix), "MPG-RT-001"
-            )
+        rule = default
+        if (problem.malformed or shape is not TRAINJOB) and not problem.in_runtime:
+            rule = next((r for prefix, r in table if problem.field[: len(prefix)] == prefix), default)
         message = problem.message if problem.in_runtime else f"{problem.message}."
         path = problem.path if not problem.in_runtime else problem.message.split(": ", 1)[0]
         if problem.in_runtime:
             message = problem.message.split(": ", 1)[-1]
         fix = (
-            "Fix the field's type (see the Trainer CRD)."
+            ("Fix the field's type (see the Trainer CRD)." if shape is TRAINJOB else "Fix the field's type.")
             if problem.malformed
+            else "Change the MPIJob as the message says: the MPI Operator would not run it."
+            if shape is not TRAINJOB
             else (
                 "Make the TrainJob fit its runtime: patch only jobs and containers it has, and "
                 "configure only the "
@@ -466,21 +496,21 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
     resolution = ctx.resolution
     out: list[Finding] = []
     ref = as_mapping(ctx.spec.get("runtimeRef"))
-    out += _guarded(
-        "MPG-RT-001",
-        lambda: check_runtime_approval(
-            config, ctx.team, ref, ctx.namespace, in_tree=resolution is not None or ctx.runtime_known
-        ),
-    )
+    if ctx.shape is TRAINJOB:  # an MPIJob has no runtime: its pod templates are judged directly
+        out += _guarded(
+            "MPG-RT-001",
+            lambda: check_runtime_approval(
+                config, ctx.team, ref, ctx.namespace, in_tree=resolution is not None or ctx.runtime_known
+            ),
+        )
     out += _guarded("MPG-Q001", lambda: check_quota(ctx, demand))
     out += _guarded("MPG-RES-001", lambda: check_residency(ctx))
     out += _guarded("MPG-NET-001", lambda: check_network(ctx))
     out += _guarded("MPG-LIFE-001", lambda: check_lifecycle(ctx))
     if resolution is not None:
-        out += _guarded("MPG-RT-001", lambda: _problem_findings(resolution.problems))
-        out += _guarded(
-            "MPG-RT-002", lambda: check_mpi_sanity(config, resolution, f"runtime {resolution.runtime_name}: ")
-        )
+        out += _guarded("MPG-RT-001", lambda: _problem_findings(resolution.problems, ctx.shape))
+        root = f"runtime {resolution.runtime_name}: " if ctx.shape is TRAINJOB else ""
+        out += _guarded("MPG-RT-002", lambda: check_mpi_sanity(config, resolution, root, ctx.shape))
         out += _guarded("MPG-SEC-PRIVILEGED", lambda: check_pod_security(org.security, resolution.jobs))
         if org.security.forbid_plaintext_secrets:
             out += _guarded("MPG-SEC-SECRETS", lambda: check_secrets(resolution.jobs))

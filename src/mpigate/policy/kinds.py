@@ -26,6 +26,7 @@ UNDERSTOOD: Final = frozenset(
         ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
         ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"),
         ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"),
+        ("kubeflow.org/v2beta1", "MPIJob"),
     }
 )
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mpigate.config import Config
 from mpigate.trainjob import Resolution
 from mpigate.trainjob.jsontypes import is_mapping
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
@@ -32,7 +33,7 @@ from . import images
 from .context import PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL, JobContext, as_list, as_mapping, as_str
 from .rules.lifecycle import own_patch_entry
 
-__all__ = ["build_patch_entry", "mutate"]
+__all__ = ["build_patch_entry", "default_labels", "mirrored_image", "mutate", "security_defaults"]
 
 
 def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> dict[str, Any]:
@@ -54,18 +55,7 @@ def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> 
     spec = out["spec"] = dict(spec)
 
     if team is not None:
-        labels = metadata.get("labels")
-        if labels is None:
-            labels = {}
-        elif is_mapping(labels):
-            labels = dict(labels)
-        if isinstance(labels, dict):
-            if QUEUE_LABEL not in labels:
-                labels[QUEUE_LABEL] = team.default_queue
-            if PRIORITY_LABEL not in labels and team.default_priority_class:
-                labels[PRIORITY_LABEL] = team.default_priority_class
-            if labels:
-                metadata["labels"] = labels
+        default_labels(ctx, metadata)
 
     default_runtime = config.org.lifecycle.default_runtime_seconds
     if "activeDeadlineSeconds" not in spec and default_runtime:
@@ -75,19 +65,9 @@ def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> 
     if is_mapping(trainer):
         trainer = spec["trainer"] = dict(trainer)
         image = trainer.get("image")
-        mirrors = config.org.images.mirrors
-        if isinstance(image, str) and mirrors:
-            try:
-                ref = images.parse_image(image)
-            except images.ImageRefError:
-                ref = None
-            if ref is not None and images.registry_allowed(ref, config.org.images.allowed_registries) is None:
-                try:
-                    mirrored = images.mirror_image(ref, mirrors)
-                except images.ImageRefError:  # e.g. the mirrored name would exceed 255 characters
-                    mirrored = None
-                if mirrored is not None:
-                    trainer["image"] = str(mirrored)
+        mirrored = mirrored_image(config, image) if isinstance(image, str) else None
+        if mirrored is not None:
+            trainer["image"] = mirrored
     profile = ctx.profile
     if team is not None and profile is not None and profile.mode == "pinned-ports":
         if trainer is None:
@@ -117,6 +97,54 @@ def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> 
     return out
 
 
+def default_labels(ctx: JobContext, metadata: dict[str, Any]) -> None:
+    """The team's default queue and priority class labels, where absent (``metadata`` is a private
+    copy; its labels are copied before they change)."""
+    team = ctx.team
+    if team is None:
+        return
+    labels = metadata.get("labels")
+    if labels is None:
+        labels = {}
+    elif is_mapping(labels):
+        labels = dict(labels)
+    if isinstance(labels, dict):
+        if QUEUE_LABEL not in labels:
+            labels[QUEUE_LABEL] = team.default_queue
+        if PRIORITY_LABEL not in labels and team.default_priority_class:
+            labels[PRIORITY_LABEL] = team.default_priority_class
+        if labels:
+            metadata["labels"] = labels
+
+
+def mirrored_image(config: Config, image: str) -> str | None:
+    """``image`` rewritten to the configured mirror, when its registry is not allowed and a mirror
+    covers it (``None``: leave it; MPG-IMG-001 judges it)."""
+    mirrors = config.org.images.mirrors
+    if not mirrors:
+        return None
+    try:
+        ref = images.parse_image(image)
+    except images.ImageRefError:
+        return None
+    if images.registry_allowed(ref, config.org.images.allowed_registries) is not None:
+        return None
+    try:
+        mirrored = images.mirror_image(ref, mirrors)
+    except images.ImageRefError:  # e.g. the mirrored name would exceed 255 characters
+        return None
+    return str(mirrored) if mirrored is not None else None
+
+
+def security_defaults(effective: Mapping[str, Any]) -> dict[str, Any]:
+    """The restricted-level fields a patch may add to the effective pod spec ``effective`` and that it
+    lacks, pod-spec shaped (``securityContext``, and per container name in ``initContainers`` and
+    ``containers``); never weakening or overriding what is set."""
+    pod_spec: dict[str, Any] = {}
+    _security_defaults(effective, pod_spec)
+    return pod_spec
+
+
 def build_patch_entry(ctx: JobContext, base: Resolution) -> dict[str, Any] | None:
     """mpigate's ``runtimePatches`` entry for the job resolved without it (``None`` when empty)."""
     security = ctx.config.org.security
@@ -131,7 +159,7 @@ def build_patch_entry(ctx: JobContext, base: Resolution) -> dict[str, Any] | Non
             if region is not None and region.node_labels:
                 pod_spec["nodeSelector"] = dict(sorted(region.node_labels.items()))
         if inject:
-            _security_defaults(job.spec, pod_spec)
+            pod_spec.update(security_defaults(job.spec))
         if not pod_meta and not pod_spec:
             continue
         template: dict[str, Any] = {}

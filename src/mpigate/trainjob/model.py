@@ -42,7 +42,8 @@ LAUNCHER = "launcher"
 MPIGATE_MANAGER = "mpigate.io/admission"
 RESERVED_ENV_CONTAINERS = frozenset({NODE, DATASET_INITIALIZER, MODEL_INITIALIZER})
 
-LayerKind = Literal["runtime", "patch", "mpi", "initializer", "trainer"]
+# ``operator``: what the MPI Operator adds to an MPIJob's pods (trainjob/mpijob.py).
+LayerKind = Literal["runtime", "patch", "mpi", "initializer", "trainer", "operator"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,8 @@ class Layer:
         """The user-facing path of ``keyed`` (pod-relative) in this layer's document."""
         if self.kind == "mpi":
             return f"{self.root}spec.mlPolicy.mpi (Trainer sets {format_path(keyed)})"
+        if self.kind == "operator":
+            return f"{self.root}(the MPI Operator sets {format_path(keyed)})"
         for pod_prefix, target in self.aliases:
             if tuple(keyed[: len(pod_prefix)]) == pod_prefix:
                 return self.root + format_path((*target, *keyed[len(pod_prefix) :]))

@@ -39,7 +39,14 @@ class Recorder:
         ok = isinstance(value, expected) and not (isinstance(value, bool) and expected in (int, (int,)))
         if ok:
             return value
-        names = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "a boolean"}
+        names = {
+            dict: "an object",
+            Mapping: "an object",
+            list: "a list",
+            str: "a string",
+            int: "an integer",
+            bool: "a boolean",
+        }
         want = names.get(expected, str(expected)) if isinstance(expected, type) else "a valid value"
         self.problems.append(Problem(path, f"expected {want}, got {type_name(value)}", True, self.in_runtime))
         return None

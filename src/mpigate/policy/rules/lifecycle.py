@@ -16,6 +16,7 @@ from mpigate.policy.context import (
     labels_of,
 )
 from mpigate.policy.findings import Finding
+from mpigate.trainjob import get_path
 from mpigate.trainjob.jsontypes import is_mapping
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
@@ -25,13 +26,15 @@ __all__ = ["check_lifecycle", "check_update_guard", "own_patch_entry"]
 def check_lifecycle(ctx: JobContext) -> Iterator[Finding]:
     org = ctx.config.org
     lifecycle = org.lifecycle
-    spec = ctx.spec
-    deadline = spec.get("activeDeadlineSeconds")
+    where = ctx.shape.deadline_path
+    found, deadline = get_path(ctx.obj, ctx.shape.deadline)
+    if not found:
+        deadline = None
     limit = lifecycle.max_runtime_seconds
     if deadline is not None and (not isinstance(deadline, int) or isinstance(deadline, bool) or deadline < 1):
         yield Finding(
             "MPG-LIFE-001",
-            "spec.activeDeadlineSeconds",
+            where,
             f"must be a positive number of seconds, got {deadline!r}.",
             f"Set it to at most {limit} ({format_duration(limit)})." if limit else "Set a positive integer.",
             "activeDeadlineSeconds is not a positive integer",
@@ -40,11 +43,11 @@ def check_lifecycle(ctx: JobContext) -> Iterator[Finding]:
         if isinstance(deadline, int) and deadline > limit:
             yield Finding(
                 "MPG-LIFE-001",
-                "spec.activeDeadlineSeconds",
+                where,
                 f"{deadline}s ({format_duration(deadline)}) exceeds the org's maxRuntime "
                 f"{format_duration(limit)} "
                 f"({limit}s).",
-                f"Set spec.activeDeadlineSeconds to {limit} or less and checkpoint to resume in a new job"
+                f"Set {where} to {limit} or less and checkpoint to resume in a new job"
                 + (
                     f" (or remove it: mpigate sets {lifecycle.default_runtime_seconds})."
                     if lifecycle.default_runtime_seconds
@@ -55,10 +58,10 @@ def check_lifecycle(ctx: JobContext) -> Iterator[Finding]:
         elif deadline is None and lifecycle.default_runtime_seconds is None:
             yield Finding(
                 "MPG-LIFE-001",
-                "spec.activeDeadlineSeconds",
+                where,
                 "is not set, so the job could run forever; the org's maxRuntime is "
                 f"{format_duration(limit)}.",
-                f"Set spec.activeDeadlineSeconds to {limit} or less.",
+                f"Set {where} to {limit} or less.",
                 "no activeDeadlineSeconds",
             )
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from mpigate.policy.context import TEAM_LABEL, JobContext, as_list, as_mapping, as_str
 from mpigate.policy.findings import Finding
+from mpigate.policy.shapes import TRAINJOB
 from mpigate.trainjob import EffectiveJob
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
@@ -60,12 +61,13 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
     )
     seen: set[str] = set()
     trainer_env = {as_str(as_mapping(v).get("name")): as_mapping(v) for v in as_list(ctx.trainer.get("env"))}
+    mpirun_env = trainer_env if ctx.shape is TRAINJOB else _launcher_env(ctx)
     for name in expected:
-        var = trainer_env.get(name)
+        var = mpirun_env.get(name)
         if var is None:
             yield Finding(
                 "MPG-NET-002",
-                "spec.trainer.env",
+                ctx.shape.mpirun_env,
                 f"{name} is missing; {why} uses the pinned-ports profile, whose NetworkPolicy only opens the "
                 "pinned OpenMPI ports.",
                 "Let mpigate inject the OpenMPI port environment (create the TrainJob again).",
@@ -103,6 +105,15 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
                 continue
             seen.add(path)
             yield _override(path, env_name, expected[env_name], why)
+
+
+def _launcher_env(ctx: JobContext) -> dict[str | None, Mapping[str, Any]]:
+    """The env of the container that runs mpirun in a job that has no ``spec.trainer`` (an
+    MPIJob's Launcher: its first container, where the MPI Operator puts its own MPI env)."""
+    job = ctx.resolution.job(ctx.shape.launcher_job) if ctx.resolution is not None else None
+    containers = as_list(job.spec.get("containers")) if job is not None else []
+    first = as_mapping(containers[0]) if containers else {}
+    return {as_str(as_mapping(v).get("name")): as_mapping(v) for v in as_list(first.get("env"))}
 
 
 def _overrides(expected: str, value: Any, var: Mapping[str, Any]) -> bool:

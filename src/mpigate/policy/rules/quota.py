@@ -14,6 +14,7 @@ from mpigate.policy.decision import Demand
 from mpigate.policy.demand import is_gpu
 from mpigate.policy.findings import Finding
 from mpigate.policy.prepared import memoized
+from mpigate.policy.shapes import TRAINJOB
 from mpigate.trainjob import EffectiveJob, Resolution, pod_resources
 from mpigate.trainjob.resolve import NODE
 
@@ -34,15 +35,18 @@ def _gpu_pods(resolution: Resolution, known: frozenset[str]) -> list[tuple[Effec
     return out
 
 
-def gpus_for_nodes(resolution: Resolution, known: frozenset[str], resource: str, nodes: int) -> int:
-    """GPUs of ``resource`` the job would ask with ``spec.trainer.numNodes: nodes`` (Trainer's pod
-    counts: MPI ``node`` job ``max(N-1, 1)`` with runLauncherAsNode, else ``N``; other policies:
-    the trainer job ``N``)."""
+def gpus_for_nodes(
+    resolution: Resolution, known: frozenset[str], resource: str, nodes: int, *, node_job: str = NODE
+) -> int:
+    """GPUs of ``resource`` the job would ask with ``nodes`` nodes (Trainer's pod counts for
+    ``spec.trainer.numNodes``: MPI ``node`` job ``max(N-1, 1)`` with runLauncherAsNode, else ``N``;
+    other policies: the trainer job ``N``. An MPIJob's ``node_job`` is its Worker, ``N-1`` workers
+    with runLauncherAsWorker)."""
     ml = resolution.ml_policy
     total = 0
     for job, gpus in _gpu_pods(resolution, known):
         pods = job.pods
-        if ml is not None and ml.mpi and job.name == NODE:
+        if ml is not None and ml.mpi and job.name == node_job:
             pods = job.replicas * (max(nodes - 1, 1) if ml.run_launcher_as_node else nodes)
         elif (ml is None or not ml.mpi) and job.name == resolution.trainer_job:
             pods = nodes
@@ -73,15 +77,18 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
     known = ctx.gpu_resources
 
     # MPG-Q002: numNodes within maxNodesPerJob.
+    shape = ctx.shape
     nodes = resolution.num_nodes if resolution else as_int(ctx.trainer.get("numNodes"))
-    nodes_path = resolution.num_nodes_path if resolution else "spec.trainer.numNodes"
+    nodes_path = resolution.num_nodes_path if resolution else shape.nodes
     if nodes is not None and nodes > team.max_nodes_per_job:
+        most = _node_setting(ctx, team.max_nodes_per_job)
         yield Finding(
             "MPG-Q002",
             nodes_path,
             f"numNodes {nodes} exceeds {team.name}'s maxNodesPerJob {team.max_nodes_per_job}.",
-            f"Set spec.trainer.numNodes to {team.max_nodes_per_job} or fewer (more GPUs per node through "
-            f"resourcesPerNode), or ask {ctx.contact} to raise maxNodesPerJob in {ctx.team_file}.",
+            f"Set {shape.nodes} to {most} or fewer (more GPUs per node through "
+            f"{'resourcesPerNode' if shape is TRAINJOB else shape.per_pod}), or ask {ctx.contact} to raise "
+            f"maxNodesPerJob in {ctx.team_file}.",
             f"numNodes {nodes} > maxNodesPerJob {team.max_nodes_per_job}",
         )
 
@@ -101,24 +108,24 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
                 offered = sorted({config.flavors[q.flavor].gpu_resource for q in team.gpus.values()})
                 offer = ", ".join(offered) or "no GPUs"
                 limit = f"{team.name} has no quota for {resource} (its flavors offer {offer})"
-            shape = _breakdown(resolution, known, resource) if resolution else ""
+            breakdown = _breakdown(resolution, known, resource) if resolution else ""
             fix = f"ask {ctx.contact} to raise {ctx.team_file}."
             if resolution is not None and ceiling > 0:
                 fitting = [
                     n
                     for n in range(resolution.num_nodes - 1, 0, -1)
-                    if gpus_for_nodes(resolution, known, resource, n) <= ceiling
+                    if gpus_for_nodes(resolution, known, resource, n, node_job=shape.node_job) <= ceiling
                 ]
                 if fitting:
-                    fix = f"Set spec.trainer.numNodes to {fitting[0]} or fewer, or " + fix
+                    fix = f"Set {shape.nodes} to {_node_setting(ctx, fitting[0])} or fewer, or " + fix
                 else:
-                    fix = "Ask for fewer GPUs per pod in spec.trainer.resourcesPerNode, or " + fix
+                    fix = f"Ask for fewer GPUs per pod in {shape.per_pod}, or " + fix
             else:
                 fix = fix[0].upper() + fix[1:]
             yield Finding(
                 "MPG-Q001",
-                "spec.trainer",
-                f"asks {asked} {resource}{f' ({shape})' if shape else ''} but {limit}.",
+                shape.demand,
+                f"asks {asked} {resource}{f' ({breakdown})' if breakdown else ''} but {limit}.",
                 fix,
                 f"asks {asked} {resource}, {team.name} can get at most {ceiling}; the job could "
                 "never be admitted",
@@ -178,6 +185,15 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
         yield from _live_usage(ctx, demand)
 
 
+def _node_setting(ctx: JobContext, nodes: int) -> int:
+    """The value of the job's node-count field that gives ``nodes`` nodes (an MPIJob counts workers:
+    one fewer when the launcher runs as a worker)."""
+    ml = ctx.resolution.ml_policy if ctx.resolution is not None else None
+    if ctx.shape is not TRAINJOB and ml is not None and ml.run_launcher_as_node:
+        return max(nodes - 1, 1)
+    return nodes
+
+
 def _gpus_per_node(config: Config, team: Team) -> Mapping[str, tuple[int, str]]:
     """The largest node (GPUs, flavor) of each GPU resource among the team's flavors (depends on
     the config alone: computed once per config and team)."""
@@ -219,7 +235,9 @@ def _gpu_shape(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
                         job.origin((*base, "requests", resource)),
                         f"{resource} is requested without a limit; GPUs need limits (requests "
                         "default to them).",
-                        f'Set resourcesPerNode.limits["{resource}"] to the same number.',
+                        f'Set resourcesPerNode.limits["{resource}"] to the same number.'
+                        if ctx.shape is TRAINJOB
+                        else f'Set limits["{resource}"] to the same number ({ctx.shape.per_pod}).',
                         f"{resource} requested without a limit",
                     )
                 elif request is not None and request != limit:
@@ -248,7 +266,7 @@ def _gpu_shape(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
                         job.origin((*base, where, resource)),
                         f"{_num(value)} {resource} per pod, but the largest node of {team.name}'s flavors "
                         f"({biggest[1]}) has {biggest[0]}; the pod could never be scheduled.",
-                        f"Ask for at most {biggest[0]} per pod and raise spec.trainer.numNodes instead.",
+                        f"Ask for at most {biggest[0]} per pod and raise {ctx.shape.nodes} instead.",
                         f"{_num(value)} {resource} per pod > {biggest[0]} per node on {biggest[1]}",
                     )
 
@@ -261,13 +279,15 @@ def _slots(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
     ml = resolution.ml_policy
     if ml is None or not ml.mpi or resolution.slots is None:
         return
-    path = (
-        "spec.trainer.numProcPerNode"
-        if "numProcPerNode" in ctx.trainer
-        else (f"runtime {resolution.runtime_name}: spec.mlPolicy.mpi.numProcPerNode")
-    )
+    shape = ctx.shape
+    if shape is not TRAINJOB:
+        path = shape.slots
+    elif "numProcPerNode" in ctx.trainer:
+        path = "spec.trainer.numProcPerNode"
+    else:
+        path = f"runtime {resolution.runtime_name}: spec.mlPolicy.mpi.numProcPerNode"
     slots = resolution.slots
-    node = resolution.job(NODE) or resolution.job(resolution.trainer_job or "")
+    node = resolution.job(shape.node_job) or resolution.job(resolution.trainer_job or "")
     if node is None:
         return
     requests = pod_resources(node).requests
@@ -279,8 +299,7 @@ def _slots(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
                 "MPG-Q004",
                 path,
                 f"{slots} MPI slots per worker but {gpus} GPUs per pod: {effect}.",
-                f"Set spec.trainer.numProcPerNode to {gpus} (one rank per GPU), or ask for {slots} "
-                "GPUs per pod.",
+                f"Set {shape.slots} to {gpus} (one rank per GPU), or ask for {slots} GPUs per pod.",
                 f"{slots} MPI slots per worker but {gpus} GPUs per pod",
             )
     else:
@@ -291,7 +310,7 @@ def _slots(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
                 path,
                 f"{slots} MPI slots per worker but only {_num(cpu)} CPUs requested per pod: ranks "
                 "oversubscribe.",
-                f"Request at least {slots} CPUs per pod, or lower numProcPerNode.",
+                f"Request at least {slots} CPUs per pod, or lower {shape.slots}.",
                 f"{slots} MPI slots per worker on {_num(cpu)} CPUs",
             )
 
@@ -317,7 +336,7 @@ def _live_usage(ctx: JobContext, demand: Demand) -> Iterator[Finding]:
         names = "/".join(q.flavor for q in flavors)
         yield Finding(
             "MPG-Q008",
-            "spec.trainer",
+            ctx.shape.demand,
             f"{team.name} uses {used}/{limit} GPUs on {names}; this job asks {asked} and will wait for "
             f"{wait} to free (Kueue keeps it queued).",
             "Nothing to do: Kueue admits the job when GPUs free up; ask for fewer GPUs to start sooner.",

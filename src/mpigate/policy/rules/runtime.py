@@ -1,4 +1,4 @@
-"""MPG-RT-001 (approved runtime) and MPG-RT-002 (MPI runtime sanity)."""
+"""MPG-RT-001 (approved runtime) and MPG-RT-002 (MPI sanity of a runtime, a TrainJob or an MPIJob)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from mpigate.config import Config, thaw
 from mpigate.config.model import Team
 from mpigate.policy.context import as_int, as_mapping
 from mpigate.policy.findings import Finding
+from mpigate.policy.shapes import TRAINJOB, JobShape
 from mpigate.trainjob import EffectiveJob, Resolution
 from mpigate.trainjob.defaults import with_runtime_defaults
-from mpigate.trainjob.resolve import LAUNCHER, MPIGATE_MANAGER, NODE
+from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 __all__ = ["check_mpi_sanity", "check_runtime_approval", "check_runtime_drift"]
 
@@ -137,8 +138,11 @@ def _defaulted(job: EffectiveJob, index: int) -> bool:
     return job.origin(("spec", "securityContext", "runAsNonRoot")).startswith(own)
 
 
-def check_mpi_sanity(config: Config, resolution: Resolution, root: str) -> Iterator[Finding]:
-    """MPG-RT-002: allowed MPI implementation; SSH keys mounted where the pods' user looks."""
+def check_mpi_sanity(
+    config: Config, resolution: Resolution, root: str, shape: JobShape = TRAINJOB
+) -> Iterator[Finding]:
+    """MPG-RT-002: allowed MPI implementation; SSH keys mounted where the pods' user looks
+    (``shape``: where the job kind keeps those settings and which jobs and container run MPI)."""
     ml = resolution.ml_policy
     if ml is None or not ml.mpi:
         return
@@ -146,17 +150,19 @@ def check_mpi_sanity(config: Config, resolution: Resolution, root: str) -> Itera
     if ml.mpi_implementation not in allowed:
         yield Finding(
             "MPG-RT-002",
-            f"{root}spec.mlPolicy.mpi.mpiImplementation",
+            f"{root}{shape.mpi_implementation}",
             f"MPI implementation {ml.mpi_implementation} is not allowed ({', '.join(allowed)}).",
             f"Use mpiImplementation: {allowed[0] if allowed else 'OpenMPI'}.",
             f"MPI implementation {ml.mpi_implementation} not allowed",
         )
     mount = ml.ssh_auth_mount_path
     for job in resolution.jobs:
-        if job.name not in (LAUNCHER, NODE):
+        if job.name not in (shape.launcher_job, shape.node_job):
             continue
         for list_field, index, container in job.containers():
-            if list_field != "containers" or container.get("name") != NODE:
+            if list_field != "containers":
+                continue
+            if (container.get("name") != shape.mpi_container) if shape.mpi_container else index != 0:
                 continue
             uid, non_root, uid_path = _run_as(job, container, index)
             problem = ""
@@ -174,7 +180,7 @@ def check_mpi_sanity(config: Config, resolution: Resolution, root: str) -> Itera
                 )
             if not problem:
                 continue
-            where = job.origin(uid_path) if uid is not None else f"{root}spec.mlPolicy.mpi.sshAuthMountPath"
+            where = job.origin(uid_path) if uid is not None else f"{root}{shape.ssh_auth_mount_path}"
             fix = (
                 "Mount the keys in the home of the user the pods run as: sshAuthMountPath /home/<user>/.ssh "
                 "for non-root images (mpiuser: /home/mpiuser/.ssh), /root/.ssh only for root images."
@@ -182,7 +188,8 @@ def check_mpi_sanity(config: Config, resolution: Resolution, root: str) -> Itera
             yield Finding(
                 "MPG-RT-002",
                 where,
-                f"the {job.name} pods' node container {problem}; mpirun cannot reach the workers over SSH.",
+                f"the {job.name} pods' {shape.mpi_container or 'first'} container {problem}; mpirun cannot "
+                "reach the workers over SSH.",
                 fix,
                 f"{job.name}: {problem}",
             )
