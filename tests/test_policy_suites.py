@@ -89,7 +89,7 @@ def test_differences_are_precise(tree: Path) -> None:
         "violations: expected exactly [MPG-Q001], got [] (missing MPG-Q001)",
         "includes: MPG-Q002 did not fire (fired: none)",
         "warnings: no warning from MPG-IMG-002 (warnings: "
-        "['runtime mpi-fixture has no job labelled trainer, so spec.trainer reaches no pod'])",
+        "['spec.trainer.image reaches no container: runtime mpi-fixture has no job labelled trainer'])",
         "messageContains: 'no such text' not found in the decision's messages",
         "patched: /metadata/labels/kueue.x-k8s.io~1queue-name is 'alpha', expected 'other'",
         "patched: /spec/nothing is not set in the mutated object (expected 1)",

@@ -608,21 +608,33 @@ def _runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> Decis
     team = config.team_for_namespace(namespace) if namespace_opt else None
     if request.operation in ("DELETE", "CONNECT"):
         return _audited(config, request, namespace, name, team)
-    findings = _runtime_findings(config, request, obj, namespace_opt, name)
+    findings, notes = _runtime_findings(config, request, obj, namespace_opt, name)
     if request.operation == "UPDATE" and is_mapping(request.old_obj):
-        before = {
-            (f.rule, f.path) for f in _runtime_findings(config, request, request.old_obj, namespace_opt, name)
-        }
+        old_findings, _ = _runtime_findings(config, request, request.old_obj, namespace_opt, name)
+        before = {(f.rule, f.path) for f in old_findings}
         findings = [f for f in findings if (f.rule, f.path) not in before]
     exceptions = config.exceptions_for(team.name) if team else ()
     return _decide(
-        config, request, namespace or None, name, team, findings, [], None, exceptions, labels_of(obj), now
+        config,
+        request,
+        namespace or None,
+        name,
+        team,
+        findings,
+        [],
+        None,
+        exceptions,
+        labels_of(obj),
+        now,
+        notes=notes,
     )
 
 
 def _runtime_findings(
     config: Config, request: AdmissionInput, obj: Mapping[str, Any], namespace: str | None, name: str
-) -> list[Finding]:
+) -> tuple[list[Finding], list[str]]:
+    """The findings on a runtime object, and the notes (what Trainer accepts but that is probably
+    not meant, e.g. a trainer job where no TrainJob field can land)."""
     org = config.org
     resolution: Resolution = resolve_runtime(obj)
     ctx = RuntimeContext(config, request.operation, obj, request.kind, namespace, name, resolution)
@@ -645,7 +657,7 @@ def _runtime_findings(
             known=config_image_refs(config),
         ),
     )
-    return _dedupe(out)
+    return _dedupe(out), [p.message for p in resolution.problems if p.advisory]
 
 
 # -- Verdict -------------------------------------------------------------------------------------

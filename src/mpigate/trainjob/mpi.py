@@ -39,15 +39,22 @@ OPENMPI_RESERVED_ENV = (
 
 
 def gpu_count(resources: Mapping[str, Any]) -> int:
-    """Trainer's ``GetNumGPUPerNode``: GPUs in the limits (``nvidia.com/gpu`` and friends)."""
-    for section in ("limits", "requests"):
+    """Trainer's ``GetNumGPUPerNode`` (``pkg/runtime/runtime.go``): the GPUs in the requests, else in
+    the limits, of the first resource whose name contains ``gpu`` (any case), rounded up as
+    ``Quantity.Value`` rounds. Go visits a map in random order; with several such resources mpigate
+    takes the first by name, so that the answer is deterministic."""
+    for section in ("requests", "limits"):
         values = mapping(resources.get(section))
-        for name, value in values.items():
-            if isinstance(name, str) and name.endswith("/gpu"):
-                try:
-                    return int(parse_quantity(value))
-                except (ValueError, TypeError, ZeroDivisionError):
-                    return 0
+        name = min((n for n in values if isinstance(n, str) and "gpu" in n.lower()), default=None)
+        if name is None:
+            continue
+        try:
+            count = parse_quantity(values[name])
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError):
+            return 0
+        gpus = -(-count.numerator // count.denominator)
+        if gpus > 0:
+            return gpus
     return 0
 
 

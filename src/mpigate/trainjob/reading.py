@@ -54,6 +54,10 @@ class Recorder:
     def add(self, path: tuple[PathPart, ...], message: str) -> None:
         self.problems.append(Problem(path, message, False, self.in_runtime))
 
+    def malformed(self, path: tuple[PathPart, ...], message: str) -> None:
+        """A wrong type or an out-of-range value at ``path``."""
+        self.problems.append(Problem(path, message, True, self.in_runtime))
+
 
 def type_name(value: Any) -> str:
     if isinstance(value, bool):

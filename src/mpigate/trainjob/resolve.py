@@ -30,7 +30,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .builder import apply_initializer, apply_trainer
+from .builder import (
+    TrainerFields,
+    apply_initializer,
+    apply_trainer,
+    merge_resources_per_node,
+    no_node_container,
+    read_trainer,
+)
+from .jsontypes import is_mapping
 from .model import (
     ANCESTOR_LABEL,
     DATASET_INITIALIZER,
@@ -45,10 +53,11 @@ from .model import (
     Problem,
     Resolution,
 )
-from .mpi import apply_mpi, gpu_count
+from .mpi import OPENMPI_RESERVED_ENV, apply_mpi, gpu_count
 from .patches import apply_runtime_patches
+from .paths import Key
 from .pods import container, job_labels, pod_template, private_pod
-from .reading import Recorder, integer, mapping, type_name
+from .reading import Recorder, integer, listed, mapping, type_name
 from .runtime import PreparedRuntime, prepare_runtime
 
 __all__ = [
@@ -126,18 +135,29 @@ def resolve(
         num_nodes = ml.num_nodes if ml is not None else 1
         num_nodes_path = f"{prepared.root}spec.mlPolicy.numNodes"
 
-    resources_per_node = rec.typed(
-        trainer.get("resourcesPerNode"), Mapping, ("spec", "trainer", "resourcesPerNode")
-    )
-    slots = _slots(ml, trainer, resources_per_node, docs, trainer_job, rec)
+    fields = read_trainer(trainer, rec)
+    if ml is not None and ml.mpi:
+        _check_mpi(trainer, fields, ml, docs, rec)
+    slots = _slots(ml, trainer, fields.resources, docs, ancestors, rec)
 
-    # 3-5. MPI plugin, initializers, trainer.
+    # 3-5. resourcesPerNode (newRuntimeInfo), MPI plugin, initializers, trainer (JobSet builder).
+    rlan = ml is not None and ml.mpi and ml.run_launcher_as_node
     jobs: list[EffectiveJob] = []
     initializer_seen = {DATASET_INITIALIZER: False, MODEL_INITIALIZER: False}
+    reached: set[str] = set()
     for index, (name, doc) in enumerate(docs.items()):
         pod = private_pod(doc)
         ancestor = ancestors[name]
         job_layers = layers[name]
+        # Trainer: trainingruntime.go (*TrainingRuntime).newRuntimeInfo — resourcesPerNode into a
+        # trainer job (of a runtime with an mlPolicy) and, with runLauncherAsNode, the node job.
+        if fields.resources is not None and (
+            (ancestor == TRAINER and ml is not None) or (rlan and name == NODE)
+        ):
+            layer = merge_resources_per_node(pod, fields.resources)
+            if layer is not None:
+                job_layers.append(layer)
+                reached.add("resourcesPerNode")
         if ml is not None and ml.mpi and name in (NODE, LAUNCHER):
             mpi_layer = apply_mpi(pod, prepared.mpi[name], slots or 1, job_layers[0].root)
             job_layers.append(mpi_layer)
@@ -149,23 +169,23 @@ def resolve(
                     layer = apply_initializer(pod, init_kind, init_key, source, rec)
                     if layer is not None:
                         job_layers.append(layer)
-        route_full = name == trainer_job
-        route_partial = (
-            not route_full
-            and ml is not None
-            and ml.mpi
-            and ml.run_launcher_as_node
-            and name == NODE
-            and trainer_job is not None
-        )
-        if (route_full or route_partial) and trainer:
-            layer = apply_trainer(pod, trainer, route_full, resources_per_node, rec)
+        # Trainer: jobset/builder.go (*Builder).Trainer — image, command and args into every job
+        # labelled trainer, env also into the node job with runLauncherAsNode.
+        sets_image = ancestor == TRAINER
+        sets_env = sets_image or (rlan and name == NODE)
+        if fields.any_container_field and (sets_image or sets_env):
+            layer = apply_trainer(pod, fields, image=sets_image, env=sets_env)
             if layer is not None:
                 job_layers.append(layer)
+                reached.update(("image", "command", "args", "env") if sets_image else ("env",))
         reps, count = counts[name]
         jobs.append(EffectiveJob(name, ancestor, reps, count, pod, tuple(job_layers), index))
 
-    _unreached(initializer, initializer_seen, trainer, trainer_job, bool(prepared.jobs), prepared.name, rec)
+    _unreached(initializer, initializer_seen, rec, prepared.name)
+    if trainjob is None:
+        _trainer_jobs_without_node(docs, ancestors, rec)
+    elif trainer:
+        _trainer_unreached(fields, reached, docs, ancestors, ml, rlan, prepared.name, rec)
 
     return Resolution(
         runtime_kind=prepared.kind,
@@ -211,15 +231,45 @@ def _pod_counts(
     return counts
 
 
+def _check_mpi(
+    trainer: Mapping[str, Any],
+    fields: TrainerFields,
+    ml: MLPolicy,
+    docs: Mapping[str, Mapping[str, Any]],
+    rec: Recorder,
+) -> None:
+    """What Trainer's MPI plugin rejects (mpi.go ``(*MPI).Validate``): reserved OpenMPI env in
+    spec.trainer.env, and numNodes >= 2 with runLauncherAsNode on a runtime without both a
+    launcher and a node job."""
+    reserved = sorted({str(var.get("name")) for var in fields.env} & set(OPENMPI_RESERVED_ENV))
+    if reserved:
+        rec.add(
+            ("spec", "trainer", "env"),
+            f"must not set the MPI plugin's reserved env {', '.join(reserved)}; Trainer rejects it",
+        )
+    num_nodes = integer(trainer.get("numNodes"))
+    if (
+        ml.run_launcher_as_node
+        and num_nodes is not None
+        and num_nodes >= 2
+        and not (LAUNCHER in docs and NODE in docs)
+    ):
+        rec.add(
+            ("spec", "trainer", "numNodes"),
+            "must be 1: the runtime runs the launcher as a node but lacks a launcher or a node job; "
+            "Trainer rejects this",
+        )
+
+
 def _slots(
     ml: MLPolicy | None,
     trainer: Mapping[str, Any],
     resources_per_node: Mapping[str, Any] | None,
     docs: Mapping[str, Mapping[str, Any]],
-    trainer_job: str | None,
+    ancestors: Mapping[str, Any],
     rec: Recorder,
 ) -> int | None:
-    """Slots per MPI host (Trainer's MPI plugin EnforceMLPolicy); None for other policies."""
+    """Slots per MPI host (Trainer: mpi.go ``(*MPI).EnforceMLPolicy``); None for other policies."""
     if ml is None or not ml.mpi:
         return None
     nproc = trainer.get("numProcPerNode")
@@ -235,26 +285,38 @@ def _slots(
         return parsed if parsed is not None else ml.num_proc_per_node
     slots = ml.num_proc_per_node
     if slots == 1:
+        # The TrainJob's resourcesPerNode when it has one, else the runtime's
+        # (runtime.go ExtractResourcePerNodeFromRuntime), counted by GetNumGPUPerNode.
         resources = resources_per_node
-        if resources is None and trainer_job is not None:
-            node_c = container(pod_template(docs[trainer_job]), NODE)
-            resources = mapping(node_c.get("resources")) if node_c else {}
-        gpus = gpu_count(mapping(resources))
+        if resources is None:
+            resources = _runtime_resources_per_node(docs, ancestors)
+        gpus = gpu_count(resources)
         if gpus > 1:
             slots = gpus
     return slots
 
 
+def _runtime_resources_per_node(
+    docs: Mapping[str, Mapping[str, Any]], ancestors: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """Trainer's ``ExtractResourcePerNodeFromRuntime``: the resources of the first container named
+    ``node`` that has any, in the first job named ``node`` or labelled trainer that has one."""
+    for name, doc in docs.items():
+        if name != NODE and ancestors[name] != TRAINER:
+            continue
+        spec = mapping(pod_template(doc).get("spec"))
+        items = spec.get("containers")
+        for item in items if isinstance(items, list) else ():
+            if is_mapping(item) and item.get("name") == NODE and item.get("resources") is not None:
+                return mapping(item.get("resources"))
+    return {}
+
+
 def _unreached(
-    initializer: Mapping[str, Any],
-    initializer_seen: Mapping[str, bool],
-    trainer: Mapping[str, Any],
-    trainer_job: str | None,
-    has_jobs: bool,
-    runtime_name: str,
-    rec: Recorder,
+    initializer: Mapping[str, Any], initializer_seen: Mapping[str, bool], rec: Recorder, runtime_name: str
 ) -> None:
-    """Problems for TrainJob fields that reach no pod of the runtime."""
+    """Initializers the TrainJob configures but the runtime does not run (Trainer rejects them:
+    jobset.go ``(*JobSet).Validate``)."""
     for init_kind, init_key in _INITIALIZERS:
         if initializer.get(init_key) is not None and not initializer_seen[init_kind]:
             rec.add(
@@ -262,11 +324,81 @@ def _unreached(
                 f"runtime {runtime_name} has no {init_kind} job with a {init_kind} container; "
                 "Trainer rejects a TrainJob that configures it",
             )
-    if trainer and trainer_job is None and has_jobs:
+
+
+def _trainer_unreached(
+    fields: TrainerFields,
+    reached: set[str],
+    docs: Mapping[str, Mapping[str, Any]],
+    ancestors: Mapping[str, Any],
+    ml: MLPolicy | None,
+    rlan: bool,
+    runtime_name: str,
+    rec: Recorder,
+) -> None:
+    """A warning for each spec.trainer field that reaches no container: Trainer accepts the
+    TrainJob and silently ignores the field, so the pods (and their demand) are the runtime's."""
+    trainer_jobs = [n for n, a in ancestors.items() if a == TRAINER]
+    if not trainer_jobs and not (rlan and NODE in docs):
+        if docs:
+            rec.problems.append(
+                Problem(
+                    ("spec", "trainer"),
+                    f"runtime {runtime_name} has no job labelled trainer, so spec.trainer reaches no pod",
+                    advisory=True,
+                )
+            )
+        return
+    given = {
+        "image": fields.image is not None,
+        "command": fields.command is not None,
+        "args": fields.args is not None,
+        "env": bool(fields.env),
+        "resourcesPerNode": fields.resources is not None,
+    }
+    for key, is_given in given.items():
+        if not is_given or key in reached:
+            continue
+        via_node_job = key in ("env", "resourcesPerNode") and rlan and NODE in docs
+        targets = trainer_jobs + ([NODE] if via_node_job and NODE not in trainer_jobs else [])
+        if not targets:
+            why = f"runtime {runtime_name} has no job labelled trainer"
+        elif key == "resourcesPerNode" and ml is None:
+            why = (
+                f"runtime {runtime_name} has no mlPolicy, and Trainer applies resourcesPerNode only with one"
+            )
+        else:
+            jobs = "; ".join(no_node_container(n, pod_template(docs[n])) for n in targets)
+            why = (
+                f"no container named node in runtime {runtime_name}'s {jobs}; Trainer sets spec.trainer "
+                "only on containers named node, so the pods keep the runtime's"
+            )
         rec.problems.append(
             Problem(
-                ("spec", "trainer"),
-                f"runtime {runtime_name} has no job labelled trainer, so spec.trainer reaches no pod",
-                advisory=True,
+                ("spec", "trainer", key), f"spec.trainer.{key} reaches no container: {why}", advisory=True
             )
         )
+
+
+def _trainer_jobs_without_node(
+    docs: Mapping[str, Mapping[str, Any]], ancestors: Mapping[str, Any], rec: Recorder
+) -> None:
+    """For a runtime on its own: a job labelled trainer without a container named node, where a
+    TrainJob's spec.trainer would reach nothing."""
+    for name, doc in docs.items():
+        if ancestors[name] != TRAINER:
+            continue
+        pod = pod_template(doc)
+        if not any(
+            is_mapping(c) and c.get("name") == NODE
+            for c in listed(mapping(pod.get("spec")).get("containers"))
+        ):
+            rec.problems.append(
+                Problem(
+                    ("spec", "template", "spec", "replicatedJobs", Key("name", name)),
+                    f"replicated job {no_node_container(name, pod)} is labelled trainer but has no "
+                    "container named node: a TrainJob's spec.trainer image, command, args, env and "
+                    "resourcesPerNode would reach no container (Trainer sets them only on one named node)",
+                    advisory=True,
+                )
+            )

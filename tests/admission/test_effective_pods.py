@@ -1,0 +1,127 @@
+"""Issue 16's effective-pod bypasses (items 1, 3, 8, 9's malformed part) and issue 21 item 8,
+replayed as the API server would send them: through ``/mutate`` and ``/validate`` of a real
+webhook over TLS, on a copy of the example org with two more approved runtimes.
+
+Each case was allowed (or lost a field without a word) before the resolver followed Trainer."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+import yaml
+
+from mpigate.admission.client import ReplayResult, ReviewClient, replay
+from mpigate.admission.server import ServeOptions
+from tests.conftest import REPO, TODAY
+
+from .conftest import ThreadedWebhook, write_cert
+
+# Runtimes added to the org for these cases: mpi-openmpi-gpu with 8 GPUs in the runtime's own
+# node containers, and the same with its containers named trainer instead of node.
+EXTRA_RUNTIMES = ("mpi-gpu8", "mpi-trainer-named")
+
+
+def _runtime(name: str) -> dict[str, Any]:
+    base = yaml.safe_load((REPO / "policies" / "runtimes" / "mpi-openmpi-gpu.yaml").read_text())
+    runtime = copy.deepcopy(base)
+    runtime["metadata"]["name"] = name
+    for rjob in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        container = rjob["template"]["spec"]["template"]["spec"]["containers"][0]
+        container["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+        if name == "mpi-trainer-named":
+            container["name"] = "trainer"
+            container["resources"] = {"limits": {"nvidia.com/gpu": 2}}
+    return runtime
+
+
+def org_with_extra_runtimes(target: Path) -> Path:
+    for folder in ("policies", "quotas", "rbac", "networkpolicies", "examples"):
+        shutil.copytree(REPO / folder, target / folder)
+    for name in EXTRA_RUNTIMES:
+        (target / "policies" / "runtimes" / f"{name}.yaml").write_text(yaml.safe_dump(_runtime(name)))
+    org = target / "policies" / "org.yaml"
+    text = org.read_text()
+    assert "    allowed:\n" in text
+    org.write_text(
+        text.replace("    allowed:\n", "    allowed:\n" + "".join(f"      - {n}\n" for n in EXTRA_RUNTIMES))
+    )
+    return target
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReviewClient]:
+    base = tmp_path_factory.mktemp("effective-pods")
+    config = org_with_extra_runtimes(base / "org")
+    ca = trustme.CA()
+    cert, key = write_cert(ca, base / "tls")
+    ca.cert_pem.write_to_path(str(base / "ca.crt"))
+    options = ServeOptions(
+        config=config, tls_cert=cert, tls_key=key, host="127.0.0.1", port=0, reload_interval=3600
+    )
+    moment = dt.datetime.combine(TODAY, dt.time(12, 0), dt.UTC)
+    server = ThreadedWebhook(options, clock=lambda: moment)
+    review = ReviewClient(server.server.url, ca_file=str(base / "ca.crt"))
+    yield review
+    review.close()
+    server.stop()
+
+
+def trainjob(runtime: str = "mpi-openmpi-gpu", name: str = "attempt", **spec: Any) -> dict[str, Any]:
+    trainer = spec.pop("trainer", {"numNodes": 1, "image": "registry.acme.internal/nlp/llm-train:1.4.2"})
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": "nlp-team", "labels": {"mpigate.io/cost-center": "cc-4711"}},
+        "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer, **spec},
+    }
+
+
+def denying(result: ReplayResult) -> dict[str, str]:
+    """Rule → the denial lines of that rule, as kubectl prints them."""
+    out: dict[str, str] = {}
+    for rule, line in re.findall(r"^  \[(MPG-[A-Z0-9-]+)\] (.*)$", result.message, re.M):
+        out[rule] = out.get(rule, "") + line + "\n"
+    return out
+
+
+def test_gpus_in_the_runtime_count_when_the_trainjob_sets_only_cpu(client: ReviewClient) -> None:
+    """Item 8: the runtime's 8 GPUs stay (Trainer merges resourcesPerNode per key), so 3 nodes ask
+    24 GPUs — more than nlp-team's 16 — instead of 'no GPUs'."""
+    job = trainjob(
+        "mpi-gpu8",
+        trainer={
+            "numNodes": 3,
+            "image": "registry.acme.internal/nlp/llm-train:1.4.2",
+            "resourcesPerNode": {"requests": {"cpu": "8"}},
+        },
+    )
+    result = replay(client, job)
+    assert result.allowed is False, result.warnings
+    lines = denying(result)
+    assert "asks 24 nvidia.com/gpu" in lines["MPG-Q001"]
+
+
+def test_spec_trainer_that_reaches_no_container_is_a_warning(client: ReviewClient) -> None:
+    """Issue 21 item 8: with a runtime whose containers are named trainer, Trainer applies neither
+    spec.trainer.image nor resourcesPerNode; the answer says so for each field."""
+    job = trainjob(
+        "mpi-trainer-named",
+        trainer={
+            "numNodes": 2,
+            "image": "registry.acme.internal/nlp/llm-train:1.4.2",
+            "resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}},
+        },
+    )
+    result = replay(client, job)
+    assert result.allowed is True, result.message
+    warned = " ".join(result.warnings)
+    assert "spec.trainer.image reaches no container" in warned
+    assert "spec.trainer.resourcesPerNode reaches no container" in warned
