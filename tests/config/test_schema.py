@@ -60,3 +60,11 @@ def test_unknown_keys_are_rejected_at_every_level(kind: str) -> None:
 def test_config_reference_is_current() -> None:
     current = (REPO / "docs" / "config-reference.md").read_text(encoding="utf-8")
     assert current == render_reference(), "docs/config-reference.md is stale: run `make docs`"
+
+
+def test_config_reference_lists_the_fields_of_an_object_alternative() -> None:
+    """Issue 21 item 8: ``runtimes.allowed`` takes a name or an object; the object's fields are
+    documented too."""
+    rows = {line.split("|")[1].strip() for line in render_reference().splitlines() if line.startswith("| `")}
+    for field in ("name", "kind", "external", "teams"):
+        assert f"`spec.runtimes.allowed[].{field}`" in rows

@@ -87,6 +87,11 @@ def _rows(
         items = _resolve(schema.get("items", {}), root)
         if "properties" in items:
             yield from _rows(items, root, f"{path}[]", False)
+        # A list of alternatives (a name, or an object with more fields): each object form's fields.
+        for alternative in items.get("oneOf", ()):
+            alternative = _resolve(alternative, root)
+            if "properties" in alternative:
+                yield from _rows(alternative, root, f"{path}[]", False)
 
 
 def render_reference() -> str:
