@@ -125,3 +125,127 @@ def test_spec_trainer_that_reaches_no_container_is_a_warning(client: ReviewClien
     warned = " ".join(result.warnings)
     assert "spec.trainer.image reaches no container" in warned
     assert "spec.trainer.resourcesPerNode reaches no container" in warned
+
+
+def data_job(**initializer: Any) -> dict[str, Any]:
+    return trainjob("mpi-openmpi-data", initializer=initializer)
+
+
+@pytest.mark.parametrize(
+    ("initializer", "path", "shown"),
+    [
+        # Item 1: Trainer upserts the initializer env after STORAGE_URI from storageUri, so the env wins.
+        (
+            {
+                "model": {
+                    "storageUri": "hf://meta-llama/Llama-3.1-8B",
+                    "env": [{"name": "STORAGE_URI", "value": "s3://acme-us-models/llama"}],
+                }
+            },
+            "spec.initializer.model.env[name=STORAGE_URI]",
+            "s3://acme-us-models/llama",
+        ),
+        (
+            {
+                "dataset": {
+                    "storageUri": "s3://acme-eu-datasets/tickets",
+                    "env": [{"name": "STORAGE_URI", "value": "s3://acme-us-datasets/tickets"}],
+                }
+            },
+            "spec.initializer.dataset.env[name=STORAGE_URI]",
+            "s3://acme-us-datasets/tickets",
+        ),
+        # The S3 providers' endpoint, the HuggingFace hub and the cache provider's metadata decide
+        # where the data comes from as much as the URI does.
+        (
+            {
+                "dataset": {
+                    "storageUri": "s3://acme-eu-datasets/tickets",
+                    "env": [{"name": "ENDPOINT", "value": "https://s3.us-east-1.amazonaws.com"}],
+                }
+            },
+            "spec.initializer.dataset.env[name=ENDPOINT]",
+            "https://s3.us-east-1.amazonaws.com",
+        ),
+        (
+            {
+                "model": {
+                    "storageUri": "hf://meta-llama/Llama-3.1-8B",
+                    "env": [{"name": "HF_ENDPOINT", "value": "https://hf-mirror.example.com"}],
+                }
+            },
+            "spec.initializer.model.env[name=HF_ENDPOINT]",
+            "https://hf-mirror.example.com",
+        ),
+        (
+            {
+                "dataset": {
+                    "storageUri": "cache://sales/orders",
+                    "env": [{"name": "METADATA_LOC", "value": "s3://acme-us-lake/orders/metadata.json"}],
+                }
+            },
+            "spec.initializer.dataset.storageUri",
+            "cache://sales/orders",
+        ),
+    ],
+)
+def test_initializer_data_locations_are_judged_where_the_initializer_reads_them(
+    client: ReviewClient, initializer: dict[str, Any], path: str, shown: str
+) -> None:
+    result = replay(client, data_job(**initializer))
+    assert result.allowed is False, result.warnings
+    lines = denying(result)["MPG-RES-003"]
+    assert f"{path}: " in lines and shown in lines
+
+
+def test_a_data_location_the_gate_cannot_read_is_refused(client: ReviewClient) -> None:
+    """A literal next to valueFrom is dropped by Trainer (apply.EnvVar), and a Secret's value is
+    invisible at admission: the initializer would read a location nobody checked."""
+    job = data_job(
+        model={
+            "storageUri": "hf://meta-llama/Llama-3.1-8B",
+            "env": [
+                {
+                    "name": "STORAGE_URI",
+                    "value": "hf://meta-llama/Llama-3.1-8B",
+                    "valueFrom": {"secretKeyRef": {"name": "where", "key": "uri"}},
+                }
+            ],
+        }
+    )
+    result = replay(client, job)
+    assert result.allowed is False
+    lines = denying(result)["MPG-RES-003"]
+    assert "spec.initializer.model.env[name=STORAGE_URI]" in lines and "Secret where" in lines
+
+
+def test_a_storage_uri_only_in_the_secret_is_refused_and_other_secret_values_are_named(
+    client: ReviewClient,
+) -> None:
+    refused = replay(client, data_job(dataset={"secretRef": {"name": "s3-credentials"}}))
+    assert refused.allowed is False
+    assert "Secret s3-credentials" in denying(refused)["MPG-RES-003"]
+    allowed = replay(
+        client,
+        data_job(
+            dataset={"storageUri": "s3://acme-eu-datasets/tickets", "secretRef": {"name": "s3-credentials"}}
+        ),
+    )
+    assert allowed.allowed is True, allowed.message
+    warned = " ".join(allowed.warnings)
+    assert "s3-credentials" in warned and "ENDPOINT" in warned
+
+
+def test_compliant_initializer_env_is_admitted(client: ReviewClient) -> None:
+    job = data_job(
+        dataset={
+            "storageUri": "s3://acme-eu-datasets/tickets",
+            "env": [
+                {"name": "ENDPOINT", "value": ""},
+                {"name": "STORAGE_URI", "value": "s3://acme-eu-datasets/v2"},
+            ],
+        },
+        model={"storageUri": "hf://meta-llama/Llama-3.1-8B"},
+    )
+    result = replay(client, job)
+    assert result.allowed is True, result.message

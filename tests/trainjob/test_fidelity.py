@@ -171,3 +171,32 @@ def test_reserved_mpi_env_in_spec_trainer_is_rejected_as_trainer_does() -> None:
     problems = [p for p in resolution.problems if not p.advisory]
     assert [p.path for p in problems] == ["spec.trainer.env"]
     assert "reserved" in problems[0].message and "OMPI_MCA_orte_default_hostfile" in problems[0].message
+
+
+def test_an_initializer_env_storage_uri_wins_and_is_named_as_such() -> None:
+    """Trainer upserts STORAGE_URI from storageUri, then the TrainJob's env: the env's entry is what
+    the initializer reads, and its origin is the env field, not storageUri."""
+    plain = next(
+        doc
+        for doc in yaml.safe_load_all((FIXTURES / "trainjob" / "runtimes.yaml").read_text(encoding="utf-8"))
+        if doc["metadata"]["name"] == "mpi-plain"
+    )
+    spec = {
+        "initializer": {
+            "dataset": {
+                "storageUri": "s3://eu/data",
+                "env": [{"name": "STORAGE_URI", "value": "s3://us/data"}, {"name": "X", "value": "1"}],
+            }
+        }
+    }
+    resolution = resolve(job("mpi-plain", {"numNodes": 1}, **spec), plain)
+    dataset = resolution.job("dataset-initializer")
+    assert dataset is not None
+    assert dataset.spec["containers"][0]["env"] == [
+        {"name": "STORAGE_URI", "value": "s3://us/data"},
+        {"name": "X", "value": "1"},
+    ]
+    assert (
+        dataset.origin(("spec", "containers", 0, "env", 0))
+        == "spec.initializer.dataset.env[name=STORAGE_URI]"
+    )

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .jsontypes import is_mapping
-from .model import NODE, Layer
-from .paths import Key, PathPart
+from .model import NODE, Layer, Problem
+from .paths import Key, PathPart, format_path
 from .pods import upsert_env, upserted_env
 from .reading import Recorder, valid_env
 
@@ -250,6 +250,7 @@ def apply_initializer(
         env_from.append({"secretRef": {"name": secret_ref.get("name")}})
         target["envFrom"] = env_from
         contributed["envFrom"] = env_from
+        _unseen_locations(target, secret_ref, base, rec)
     pod_container: tuple[PathPart, ...] = ("spec", "containers", Key("name", container_name))
     aliases: tuple[tuple[tuple[PathPart, ...], tuple[PathPart, ...]], ...] = (
         ((*pod_container, "env"), (*base, "env")),
@@ -259,6 +260,27 @@ def apply_initializer(
     if from_storage_uri is not None and any(var is from_storage_uri for var in effective):
         aliases = (((*pod_container, "env", Key("name", STORAGE_URI)), (*base, "storageUri")), *aliases)
     return Layer("initializer", {"spec": {"containers": [contributed]}}, (), "", aliases=aliases)
+
+
+def _unseen_locations(
+    target: Mapping[str, Any], secret_ref: Mapping[str, Any], base: tuple[PathPart, ...], rec: Recorder
+) -> None:
+    """A note when the Secret of ``secretRef`` may set data-location env that the container does
+    not set itself (env takes precedence over envFrom): admission cannot see a Secret's values."""
+    env = target.get("env")
+    named = {var.get("name") for var in env if is_mapping(var)} if isinstance(env, list) else set()
+    unseen = [name for name in INITIALIZER_LOCATION_ENV if name not in named]
+    if unseen:
+        rec.problems.append(
+            Problem(
+                (*base, "secretRef"),
+                f"{format_path(base)}.secretRef: Secret {secret_ref.get('name')} may also set "
+                f"{', '.join(unseen)}, which decide where the initializer reads data; mpigate cannot see a "
+                f"Secret's values (set them in {format_path(base)}.env, empty for the default, to have "
+                "them checked)",
+                advisory=True,
+            )
+        )
 
 
 def _named(pod: dict[str, Any], name: str) -> dict[str, Any] | None:

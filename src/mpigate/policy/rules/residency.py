@@ -4,7 +4,7 @@ them elsewhere, and storage URIs are within the region's data locations."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from mpigate.config import Config
@@ -13,6 +13,8 @@ from mpigate.policy.context import JobContext, as_list, as_mapping, as_str
 from mpigate.policy.findings import Finding
 from mpigate.policy.prepared import memoized
 from mpigate.trainjob import EffectiveJob, Layer
+from mpigate.trainjob.builder import INITIALIZER_LOCATION_ENV, STORAGE_URI
+from mpigate.trainjob.model import DATASET_INITIALIZER, MODEL_INITIALIZER
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 __all__ = ["STORAGE_SCHEMES", "check_residency", "redact_uri"]
@@ -272,15 +274,20 @@ def _uris(ctx: JobContext) -> Iterator[Finding]:
     region = ctx.region
     assert region is not None
     schemes = _schemes(ctx)
-    seen: set[str] = set()
+    # A finding per (field, value): several pods share a field, but one field can carry different
+    # values (the effective env entry is not always the first of its name).
+    seen: set[tuple[str, str]] = set()
     locations = region.data_locations
     classification = f" (data classified {ctx.classification.name})" if ctx.classification else ""
 
-    def judge(path: str, uri: str, what: str) -> Iterator[Finding]:
-        match = _URI.match(uri)
-        if match is None or match.group(1).lower() not in schemes or path in seen:
+    def judge(path: str, uri: str, what: str, *, any_scheme: bool = False) -> Iterator[Finding]:
+        if not any_scheme:
+            match = _URI.match(uri)
+            if match is None or match.group(1).lower() not in schemes:
+                return
+        if (path, uri) in seen:
             return
-        seen.add(path)
+        seen.add((path, uri))
         if any(uri.startswith(prefix) for prefix in locations):
             return
         shown = redact_uri(uri)
@@ -294,29 +301,116 @@ def _uris(ctx: JobContext) -> Iterator[Finding]:
             f"{shown} is outside {region.name}'s data locations",
         )
 
-    initializer = as_mapping(ctx.spec.get("initializer"))
-    for key in ("dataset", "model"):
-        uri = as_str(as_mapping(initializer.get(key)).get("storageUri"))
-        if uri is not None:
-            yield from judge(f"spec.initializer.{key}.storageUri", uri, "storage URI")
-    if ctx.resolution is not None:
-        for job in ctx.resolution.jobs:
-            for list_field, index, e_index, var in job.env():
-                value = as_str(var.get("value"))
-                if value is None or "://" not in value:
-                    continue
-                # Only a storage URI can be a finding: the field's origin (costly) only for one.
-                match = _URI.match(value)
-                if match is None or match.group(1).lower() not in schemes:
-                    continue
-                path = job.origin(("spec", list_field, index, "env", e_index))
-                name = var.get("name")
-                what = "storage URI" if path.endswith("storageUri") else f"env {name}"
-                yield from judge(path, value, what)
-    else:
+    if ctx.resolution is None:
+        # Runtime unknown: what the TrainJob itself says is all there is to judge.
+        initializer = as_mapping(ctx.spec.get("initializer"))
+        for key in ("dataset", "model"):
+            source = as_mapping(initializer.get(key))
+            uri = as_str(source.get("storageUri"))
+            if uri:
+                yield from judge(f"spec.initializer.{key}.storageUri", uri, "storage URI", any_scheme=True)
+            for var in as_list(source.get("env")):
+                var = as_mapping(var)
+                name, value = as_str(var.get("name")), as_str(var.get("value"))
+                if name in INITIALIZER_LOCATION_ENV and value:
+                    yield from judge(f"spec.initializer.{key}.env[name={name}]", value, name, any_scheme=True)
         for var in as_list(ctx.trainer.get("env")):
             var = as_mapping(var)
             value = as_str(var.get("value"))
             name = as_str(var.get("name"))
             if value is not None and name is not None:
                 yield from judge(f"spec.trainer.env[name={name}]", value, f"env {name}")
+        return
+    for job in ctx.resolution.jobs:
+        if job.ancestor in _INITIALIZERS:
+            yield from _initializer_locations(job, judge)
+    for job in ctx.resolution.jobs:
+        for list_field, index, e_index, var in job.env():
+            value = as_str(var.get("value"))
+            if value is None or "://" not in value:
+                continue
+            # Only a storage URI can be a finding: the field's origin (costly) only for one.
+            match = _URI.match(value)
+            if match is None or match.group(1).lower() not in schemes:
+                continue
+            path = job.origin(("spec", list_field, index, "env", e_index))
+            name = var.get("name")
+            what = "storage URI" if path.endswith("storageUri") else f"env {name}"
+            yield from judge(path, value, what)
+
+
+_INITIALIZERS = frozenset({DATASET_INITIALIZER, MODEL_INITIALIZER})
+
+
+def _initializer_locations(job: EffectiveJob, judge: Callable[..., Iterator[Finding]]) -> Iterator[Finding]:
+    """The data locations Trainer's initializer reads in ``job``'s initializer container: the
+    effective value of each of :data:`INITIALIZER_LOCATION_ENV` (the last entry of a name wins, as
+    the kubelet builds the environment), whatever its scheme. A value the gate cannot read
+    (valueFrom, or STORAGE_URI left to an envFrom source) is refused."""
+    key = _KEYS.get(str(job.ancestor), "dataset")
+    for list_field, index, container in job.containers():
+        if list_field != "containers" or container.get("name") != job.ancestor:
+            continue
+        effective: dict[str, tuple[int, Mapping[str, Any]]] = {}
+        for e_index, var in enumerate(as_list(container.get("env"))):
+            name = as_mapping(var).get("name")
+            if name in INITIALIZER_LOCATION_ENV:
+                effective[name] = (e_index, as_mapping(var))
+        for name in INITIALIZER_LOCATION_ENV:
+            if name not in effective:
+                if name == STORAGE_URI and (sources := _env_from(container)):
+                    yield Finding(
+                        "MPG-RES-003",
+                        job.origin(("spec", list_field, index, "envFrom")),
+                        f"the {job.ancestor} would read STORAGE_URI from {sources}, which mpigate "
+                        "cannot read: the data location would be checked by nobody.",
+                        f"Set spec.initializer.{key}.storageUri; keep only credentials in the Secret.",
+                        f"{job.ancestor}: STORAGE_URI would come from {sources}",
+                    )
+                continue
+            e_index, var = effective[name]
+            path = job.origin(("spec", list_field, index, "env", e_index))
+            value_from = var.get("valueFrom")
+            if value_from is not None:
+                source = _source(value_from)
+                yield Finding(
+                    "MPG-RES-003",
+                    path,
+                    f"{name} of the {job.ancestor} comes from {source}, which mpigate cannot read: the "
+                    "initializer would read data from a location nobody checked.",
+                    f"Write the location as a literal value (spec.initializer.{key}"
+                    ".storageUri or env value); keep only credentials in Secrets.",
+                    f"{job.ancestor}: {name} comes from {source}",
+                )
+                continue
+            value = as_str(var.get("value"))
+            if value:  # the initializer reads an empty value as unset
+                what = "storage URI" if path.endswith("storageUri") else f"{name} of the {job.ancestor}"
+                yield from judge(path, value, what, any_scheme=True)
+
+
+_KEYS = {DATASET_INITIALIZER: "dataset", MODEL_INITIALIZER: "model"}
+
+
+def _env_from(container: Mapping[str, Any]) -> str:
+    """``Secret a, ConfigMap b``: the envFrom sources of a container (empty: none)."""
+    names = []
+    for source in as_list(container.get("envFrom")):
+        source = as_mapping(source)
+        for kind, label in (("secretRef", "Secret"), ("configMapRef", "ConfigMap")):
+            ref = as_mapping(source.get(kind))
+            if ref:
+                names.append(f"{label} {ref.get('name', '')}")
+    return ", ".join(names)
+
+
+def _source(value_from: Any) -> str:
+    """``Secret s (key k)``: what a valueFrom reads."""
+    value_from = as_mapping(value_from)
+    for kind, label in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
+        ref = as_mapping(value_from.get(kind))
+        if ref:
+            return f"{label} {ref.get('name', '')} (key {ref.get('key', '')})"
+    if value_from.get("fieldRef") is not None or value_from.get("resourceFieldRef") is not None:
+        return "a field of the pod"
+    return "a source the pod cannot resolve"
