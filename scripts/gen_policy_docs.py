@@ -381,14 +381,24 @@ PAGES: dict[str, Page] = {
         example=Example(file="examples/trainjobs/deny-other-region-nodes.yaml"),
     ),
     "MPG-RES-003": Page(
-        what="`spec.initializer.dataset/model.storageUri` and every env value that is a storage URI "
-        "(s3://, gs://, "
-        "hf://, pvc://, abfs:// ... and every scheme named in a region's `dataLocations`) must "
-        "start with one of "
-        "the region's `dataLocations`. http(s) URLs are endpoints, not data locations, and are not judged. "
-        "Credentials inside a URI are never shown.",
-        why="Reading data from another region moves it across the border.",
-        fix="Use the copy of the data in the team's region.",
+        what="Every data location a job's pods read must start with one of the region's `dataLocations`. "
+        "In Trainer's initializer containers that is the value the initializer actually reads: the "
+        "effective `STORAGE_URI` (Trainer sets it from `spec.initializer.dataset/model.storageUri`, then "
+        "applies the TrainJob's `env`, so an env `STORAGE_URI` wins and is reported at its env path), "
+        "and `ENDPOINT` (the S3 providers' endpoint), `METADATA_LOC` (the cache provider's metadata) and "
+        "`HF_ENDPOINT` (the Hugging Face hub), whatever their scheme; an empty value means the "
+        "initializer's default and is not judged. A location mpigate cannot read — an initializer "
+        "variable taken from `valueFrom`, or `STORAGE_URI` left to a Secret or ConfigMap through "
+        "`envFrom`/`secretRef` — is refused; a `secretRef` that could set the other variables is a "
+        "warning naming them. In every other container, each env value that is a storage URI (s3://, "
+        "gs://, hf://, pvc://, abfs:// ... and every scheme named in a region's `dataLocations`) is "
+        "judged; http(s) URLs there are endpoints of the program, not data locations. Credentials "
+        "inside a URI are never shown.",
+        why="Reading data from another region moves it across the border; the initializer reads what "
+        "its environment says, not what the TrainJob's `storageUri` says.",
+        fix="Use the copy of the data in the team's region; write locations literally (credentials "
+        "stay in the Secret); list other endpoints (a MinIO in the region) in the region's "
+        "`dataLocations`.",
         example=Example(file="examples/trainjobs/deny-wrong-region-data.yaml"),
     ),
     "MPG-RT-001": Page(
