@@ -454,9 +454,10 @@ PAGES: dict[str, Page] = {
         example=Example(file="examples/trainjobs/deny-foreign-service-account.yaml"),
     ),
     "MPG-IMG-001": Page(
-        what="Every image of every effective pod (trainer, runtime, initializers, init and "
-        "ephemeral containers) "
-        "must come from an allowed registry. References are parsed like the container runtime does "
+        what="Every image reference of every effective pod and runtime must come from an allowed "
+        "registry: the image of every container (trainer, runtime, initializers, init and ephemeral "
+        "containers), every OCI image volume (`volumes[].image.reference`, also from `runtimePatches`) "
+        "and the cache dataset initializer's `CACHE_IMAGE` (see [images](../images.md)). References are parsed like the container runtime does "
         "(`python:3.12` is `docker.io/library/python:3.12`; `registry.acme.internal.evil.com` is not "
         "`registry.acme.internal`). On CREATE, `spec.trainer.image` — the only image field a TrainJob can "
         "patch — is rewritten to a configured mirror.",
@@ -466,7 +467,8 @@ PAGES: dict[str, Page] = {
     ),
     "MPG-IMG-002": Page(
         what="No untagged or `:latest` images (when `forbidLatest`); a digest where the org or the data "
-        "classification requires one (`requireDigest`).",
+        "classification requires one (`requireDigest`). Judged on the same references as MPG-IMG-001: "
+        "containers of every kind, image volumes and `CACHE_IMAGE`.",
         why="A moving tag makes runs irreproducible and lets the image change between launcher and nodes.",
         fix="Pin a version tag, or better a digest (`image@sha256:...`).",
         example=Example(file="examples/trainjobs/warn-latest-tag.yaml"),

@@ -249,3 +249,81 @@ def test_compliant_initializer_env_is_admitted(client: ReviewClient) -> None:
     )
     result = replay(client, job)
     assert result.allowed is True, result.message
+
+
+def image_volume_patch(reference: str, job: str = "launcher") -> dict[str, Any]:
+    return {
+        "manager": "acme.example/weights",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": job,
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "spec": {
+                                            "volumes": [
+                                                {"name": "weights", "image": {"reference": reference}}
+                                            ]
+                                        }
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+def test_oci_image_volumes_from_a_runtime_patch_are_judged_like_containers(client: ReviewClient) -> None:
+    """Item 3: an image volume added through runtimePatches runs an image as much as a container."""
+    job = trainjob(runtimePatches=[image_volume_patch("docker.io/evil/weights:latest")])
+    result = replay(client, job)
+    assert result.allowed is False
+    path = (
+        "spec.runtimePatches[manager=acme.example/weights].trainingRuntimeSpec.template.spec"
+        ".replicatedJobs[name=launcher].template.spec.template.spec.volumes[name=weights].image.reference"
+    )
+    assert (
+        f"{path}: image docker.io/evil/weights:latest is pulled from docker.io"
+        in denying(result)["MPG-IMG-001"]
+    )
+    # MPG-IMG-002 is in warn mode in the example org: the :latest tag is still reported.
+    assert any(w.startswith("[MPG-IMG-002]") and "latest" in w for w in result.warnings), result.warnings
+    ok = replay(
+        client,
+        trainjob(runtimePatches=[image_volume_patch("registry.acme.internal/nlp/weights:2026.11")]),
+    )
+    assert ok.allowed is True, ok.message
+
+
+def test_the_cache_initializers_image_is_judged(client: ReviewClient) -> None:
+    """The cache dataset initializer starts pods with the image named in CACHE_IMAGE."""
+    job = data_job(
+        dataset={
+            "storageUri": "s3://acme-eu-datasets/tickets",
+            "env": [{"name": "CACHE_IMAGE", "value": "ghcr.io/someone/cache:1.0"}],
+        }
+    )
+    result = replay(client, job)
+    assert result.allowed is False
+    assert (
+        "spec.initializer.dataset.env[name=CACHE_IMAGE]: image ghcr.io/someone/cache:1.0"
+        in (denying(result)["MPG-IMG-001"])
+    )
+
+
+def test_a_runtime_with_an_image_volume_from_another_registry_is_refused(client: ReviewClient) -> None:
+    runtime = _runtime("mpi-with-volume")
+    spec = runtime["spec"]["template"]["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]
+    spec["volumes"].append({"name": "weights", "image": {"reference": "quay.io/other/weights:1"}})
+    result = replay(client, runtime)
+    assert result.allowed is False
+    assert (
+        "volumes[name=weights].image.reference: image quay.io/other/weights:1"
+        in denying(result)["MPG-IMG-001"]
+    )

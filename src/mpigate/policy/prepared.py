@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from mpigate.config import Config
 from mpigate.config.model import Runtime
 from mpigate.trainjob import PreparedRuntime, get_path, is_mapping, prepare_runtime
+from mpigate.trainjob.jsontypes import as_mapping
 
 from . import images
 from .demand import gpu_resources
@@ -49,26 +50,38 @@ def config_gpu_resources(config: Config) -> frozenset[str]:
 
 
 def config_image_refs(config: Config) -> Mapping[str, images.ImageRef | images.ImageRefError]:
-    """Every container image of the config's runtimes, parsed (most images a job runs are its
-    runtime's)."""
+    """Every image of the config's runtimes (containers and image volumes), parsed (most images a
+    job runs are its runtime's)."""
 
     def build() -> Mapping[str, images.ImageRef | images.ImageRefError]:
         out: dict[str, images.ImageRef | images.ImageRefError] = {}
         for runtime in config.runtimes.values():
             for _, job in prepared_runtime(config, runtime).jobs:
                 found, spec = get_path(job, ("template", "spec", "template", "spec"))
-                for list_field in ("initContainers", "containers", "ephemeralContainers"):
-                    items = spec.get(list_field) if found and is_mapping(spec) else None
-                    for container in items if isinstance(items, list) else ():
-                        image = container.get("image") if is_mapping(container) else None
-                        if isinstance(image, str) and image not in out:
-                            try:
-                                out[image] = images.parse_image(image)
-                            except images.ImageRefError as error:
-                                out[image] = error
+                if not found or not is_mapping(spec):
+                    continue
+                refs = [
+                    container.get("image")
+                    for list_field in ("initContainers", "containers", "ephemeralContainers")
+                    for container in _items(spec.get(list_field))
+                ]
+                refs += [
+                    as_mapping(volume.get("image")).get("reference") for volume in _items(spec.get("volumes"))
+                ]
+                for image in refs:
+                    if isinstance(image, str) and image not in out:
+                        try:
+                            out[image] = images.parse_image(image)
+                        except images.ImageRefError as error:
+                            out[image] = error
         return MappingProxyType(out)
 
     found: Mapping[str, images.ImageRef | images.ImageRefError] = memoized(
         config, ("policy.image_refs",), build
     )
     return found
+
+
+def _items(value: Any) -> list[Mapping[str, Any]]:
+    """The mapping elements of a list field (none when it is not a list)."""
+    return [item for item in value if is_mapping(item)] if isinstance(value, list) else []

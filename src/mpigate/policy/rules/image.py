@@ -8,9 +8,48 @@ from collections.abc import Iterator, Mapping
 from mpigate.config.model import ImagePolicy
 from mpigate.policy import images
 from mpigate.policy.findings import Finding
-from mpigate.trainjob import EffectiveJob
+from mpigate.trainjob import EffectiveJob, is_mapping
+from mpigate.trainjob.model import DATASET_INITIALIZER
 
 __all__ = ["check_image_ref", "check_images"]
+
+
+def image_fields(job: EffectiveJob) -> Iterator[tuple[tuple[str | int, ...], object]]:
+    """Every image reference of a job's pod, as ``(pod path, value)``: the image of every init,
+    regular and ephemeral container, every OCI image volume (``volumes[].image.reference``) and the
+    image the cache dataset initializer starts (``CACHE_IMAGE``, pkg/initializers/dataset/cache.py).
+    A value of ``None`` means a field that must be set but is missing (an ephemeral container's
+    image); missing optional fields are not listed."""
+    for list_field, index, container in job.containers():
+        image = container.get("image")
+        if image is not None or list_field == "ephemeralContainers":
+            yield ("spec", list_field, index, "image"), image
+    volumes = job.spec.get("volumes")
+    if isinstance(volumes, list):
+        for index, volume in enumerate(volumes):
+            source = volume.get("image") if is_mapping(volume) else None
+            if is_mapping(source) and source.get("reference") is not None:
+                yield ("spec", "volumes", index, "image", "reference"), source["reference"]
+    if job.ancestor == DATASET_INITIALIZER:
+        for list_field, index, e_index, var in job.env():
+            if var.get("name") == CACHE_IMAGE and list_field == "containers":
+                value_from = var.get("valueFrom")
+                yield (
+                    ("spec", list_field, index, "env", e_index),
+                    (var.get("value") if value_from is None else FROM_SOURCE),
+                )
+
+
+CACHE_IMAGE = "CACHE_IMAGE"
+
+
+class _FromSource:
+    """An image reference the pod takes from a Secret, ConfigMap or field (``valueFrom``)."""
+
+    __slots__ = ()
+
+
+FROM_SOURCE = _FromSource()
 
 
 def check_images(
@@ -21,19 +60,19 @@ def check_images(
     digest_reason: str,
     known: Mapping[str, images.ImageRef | images.ImageRefError] | None = None,
 ) -> Iterator[Finding]:
-    """Both image rules on every container of every job, once per image field (a field that several
-    pods share is reported once). ``known`` holds images parsed in advance (the config's runtimes)."""
+    """Both image rules on every image reference of every job (:func:`image_fields`), once per
+    field (a field that several pods share is reported once). ``known`` holds images parsed in
+    advance (the config's runtimes)."""
     seen: set[str] = set()
     parsed: dict[str, images.ImageRef | images.ImageRefError] = {}
     # Whether an image has findings does not depend on its path, and the path is an origin lookup
     # (the costly part): it is computed only for images with findings. ``unnamed`` holds the
-    # containers before them whose paths are not known yet — a container is skipped when an
-    # earlier one has the same path.
-    unnamed: list[tuple[EffectiveJob, str, int]] = []
+    # fields before them whose paths are not known yet — a field is skipped when an earlier one
+    # has the same path.
+    unnamed: list[tuple[EffectiveJob, tuple[str | int, ...]]] = []
     for job in jobs:
-        for list_field, index, container in job.containers():
-            image = container.get("image")
-            if (image is None and list_field != "ephemeralContainers") or not any(
+        for pod_path, image in image_fields(job):
+            if not any(
                 check_image_ref(
                     policy,
                     image,
@@ -44,11 +83,11 @@ def check_images(
                     known=known,
                 )
             ):
-                unnamed.append((job, list_field, index))
+                unnamed.append((job, pod_path))
                 continue
-            seen.update(j.origin(("spec", f, i, "image")) for j, f, i in unnamed)
+            seen.update(j.origin(p) for j, p in unnamed)
             unnamed.clear()
-            path = job.origin(("spec", list_field, index, "image"))
+            path = job.origin(pod_path)
             if path in seen:
                 continue
             seen.add(path)
@@ -58,7 +97,7 @@ def check_images(
                 path,
                 require_digest=require_digest,
                 digest_reason=digest_reason,
-                patchable=path.startswith("spec.trainer"),
+                patchable=path == "spec.trainer.image",
                 parsed=parsed,
                 known=known,
             )
@@ -78,6 +117,16 @@ def check_image_ref(
     """Both image rules for one reference (``parsed`` memoises parsing across the pods of a job;
     ``known`` holds images parsed in advance, read through rather than copied into ``parsed``)."""
     allowed = policy.allowed_registries
+    if image is FROM_SOURCE:
+        yield Finding(
+            "MPG-IMG-001",
+            path,
+            "the image reference comes from valueFrom (a Secret, ConfigMap or field), which mpigate "
+            "cannot read, so its registry cannot be checked.",
+            "Write the image reference as a literal value.",
+            "image reference from valueFrom cannot be checked",
+        )
+        return
     if not isinstance(image, str):
         yield Finding(
             "MPG-IMG-001",
