@@ -327,3 +327,82 @@ def test_a_runtime_with_an_image_volume_from_another_registry_is_refused(client:
         "volumes[name=weights].image.reference: image quay.io/other/weights:1"
         in denying(result)["MPG-IMG-001"]
     )
+
+
+def privileged_patch() -> dict[str, Any]:
+    """A privileged launcher in the other region: what a malformed patch beside it must not hide."""
+    pod = {
+        "containers": [{"name": "node", "securityContext": {"privileged": True}}],
+        "nodeSelector": {"topology.kubernetes.io/region": "us-east-1"},
+    }
+    return {
+        "manager": "b.example/escalate",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {"name": "launcher", "template": {"spec": {"template": {"spec": pod}}}}
+                    ]
+                }
+            }
+        },
+    }
+
+
+def malformed_patch(where: str, bad: Any) -> dict[str, Any]:
+    if where == "jobset spec":
+        return {"manager": "a.example/broken", "trainingRuntimeSpec": {"template": {"spec": bad}}}
+    pod: Any = bad
+    if where == "capabilities":
+        pod = {"containers": [{"name": "node", "securityContext": {"capabilities": bad}}]}
+    rjob = {"name": "launcher", "template": {"spec": {"template": {"spec": pod}}}}
+    return {
+        "manager": "a.example/broken",
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [rjob]}}},
+    }
+
+
+MALFORMED_AT = {
+    "jobset spec": "spec.runtimePatches[manager=a.example/broken].trainingRuntimeSpec.template.spec",
+    "pod spec": "spec.runtimePatches[manager=a.example/broken].trainingRuntimeSpec.template.spec"
+    ".replicatedJobs[name=launcher].template.spec.template.spec",
+    "capabilities": "spec.runtimePatches[manager=a.example/broken].trainingRuntimeSpec.template.spec"
+    ".replicatedJobs[name=launcher].template.spec.template.spec.containers[name=node].securityContext"
+    ".capabilities",
+}
+
+
+@pytest.mark.parametrize("bad", [42, True, "x", [None]], ids=["42", "true", "string", "list-of-null"])
+@pytest.mark.parametrize("where", sorted(MALFORMED_AT))
+def test_a_malformed_patch_is_refused_and_hides_nothing_beside_it(
+    client: ReviewClient, where: str, bad: Any
+) -> None:
+    """Item 9: a wrong type is a denial naming the field, and the part is left out of the merge, so
+    the privileged, other-region patch next to it is still judged (a pod spec of 42 used to wipe
+    the launcher's containers, so the privileged one was dropped as unknown)."""
+    job = trainjob(runtimePatches=[malformed_patch(where, bad), privileged_patch()])
+    result = replay(client, job)
+    assert result.allowed is False
+    lines = denying(result)
+    assert f"{MALFORMED_AT[where]}: Expected " in lines["MPG-RT-001"], lines["MPG-RT-001"]
+    assert "spec.runtimePatches[manager=b.example/escalate]" in lines["MPG-SEC-PRIVILEGED"]
+    assert "topology.kubernetes.io/region=us-east-1" in lines["MPG-RES-002"]
+
+
+@pytest.mark.parametrize("nodes", [0, -1, -(2**63), 2**31])
+def test_num_nodes_out_of_range_is_refused(client: ReviewClient, nodes: int) -> None:
+    job = trainjob(trainer={"numNodes": nodes, "image": "registry.acme.internal/nlp/llm-train:1.4.2"})
+    result = replay(client, job)
+    assert result.allowed is False
+    assert (
+        f"spec.trainer.numNodes: Must be between 1 and 2147483647, got {nodes}" in denying(result)["MPG-Q002"]
+    )
+
+
+@pytest.mark.parametrize("nproc", [0, -3, "auto", 1.5])
+def test_num_proc_per_node_out_of_range_is_refused(client: ReviewClient, nproc: Any) -> None:
+    """MPG-Q004 (slots) is advisory and never denies, so a malformed numProcPerNode is MPG-RT-001."""
+    trainer = {"numNodes": 1, "numProcPerNode": nproc, "image": "registry.acme.internal/nlp/llm-train:1.4.2"}
+    result = replay(client, trainjob(trainer=trainer))
+    assert result.allowed is False
+    assert "spec.trainer.numProcPerNode: " in denying(result)["MPG-RT-001"]

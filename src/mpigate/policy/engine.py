@@ -446,10 +446,10 @@ def _guarded(rule: str, produce: Callable[[], Iterable[Finding]]) -> list[Findin
 
 
 # Resolution problems (wrong types, patches Trainer rejects) are reported under the rule that
-# needed the field.
+# needed the field, and under MPG-RT-001 where that rule never denies (MPG-Q004 is advisory, so a
+# malformed numProcPerNode is MPG-RT-001): malformed is refused, never absent.
 _PROBLEM_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("spec", "trainer", "numNodes"), "MPG-Q002"),
-    (("spec", "trainer", "numProcPerNode"), "MPG-Q004"),
     (("spec", "trainer", "resourcesPerNode"), "MPG-Q003"),
     (("spec", "trainer", "image"), "MPG-IMG-001"),
     (("spec", "trainer", "env"), "MPG-SEC-SECRETS"),

@@ -13,6 +13,7 @@ from .model import RESERVED_ENV_CONTAINERS, Layer
 from .paths import Key, PathPart, get_path
 from .pods import JOB_TO_POD, pod_template
 from .reading import Recorder, listed, mapping
+from .shapes import METADATA, POD_TEMPLATE, checked
 from .smp import merge_shared
 
 __all__ = ["apply_runtime_patches"]
@@ -41,16 +42,17 @@ def apply_runtime_patches(
         if manager in exclude_managers:
             continue
         base = ("spec", "runtimePatches", Key("manager", manager))
-        spec_path = (*base, "trainingRuntimeSpec", "template", "spec")
-        found, rjobs = get_path(entry, ("trainingRuntimeSpec", "template", "spec", "replicatedJobs"))
-        if not found:
-            continue
-        for rjob in rec.typed(rjobs, list, (*spec_path, "replicatedJobs")) or []:
-            if not is_mapping(rjob) or not isinstance(rjob.get("name"), str):
-                rec.add((*spec_path, "replicatedJobs"), "each replicated job patch needs a name")
+        rjobs = _replicated_jobs(entry, base, rec)
+        spec_path = (*base, "trainingRuntimeSpec", "template", "spec", "replicatedJobs")
+        for position, rjob in enumerate(rjobs):
+            if not is_mapping(rjob):
+                rec.typed(rjob, Mapping, (*spec_path, position))
+                continue
+            if not isinstance(rjob.get("name"), str):
+                rec.malformed((*spec_path, position, "name"), "each replicated job patch needs a string name")
                 continue
             job_name = rjob["name"]
-            job_path = (*spec_path, "replicatedJobs", Key("name", job_name))
+            job_path = (*spec_path, Key("name", job_name))
             if job_name not in docs:
                 rec.add(
                     job_path,
@@ -58,11 +60,10 @@ def apply_runtime_patches(
                     f"(it has {', '.join(names) or 'none'}); Trainer rejects this patch",
                 )
                 continue
-            template = rjob.get("template")
-            if template is None:
-                continue
-            if not is_mapping(template):
-                rec.typed(template, Mapping, (*job_path, "template"))
+            # Malformed parts are problems and stay out of the merge: the runtime's values remain,
+            # so nothing beside them goes unjudged.
+            template = checked(rjob.get("template"), _JOB_TEMPLATE, (*job_path, "template"), rec)
+            if not template:
                 continue
             pod_patch = pod_template({"template": template})
             current = pod_template(docs[job_name])
@@ -70,6 +71,29 @@ def apply_runtime_patches(
             template = _without_unknown_containers(template, current)
             docs[job_name] = merge_shared(docs[job_name], {"template": template})
             layers[job_name].append(Layer("patch", pod_patch, (*job_path, *JOB_TO_POD), "", manager))
+
+
+# A replicated job's template in a patch: job metadata and the pod template (the TrainJob CRD has
+# nothing else there).
+_JOB_TEMPLATE = {"metadata": METADATA, "spec": {"template": POD_TEMPLATE}}
+
+
+def _replicated_jobs(entry: Mapping[str, Any], base: tuple[PathPart, ...], rec: Recorder) -> list[Any]:
+    """``trainingRuntimeSpec.template.spec.replicatedJobs`` of a patch entry; a level of the wrong
+    type is a problem (and the entry applies nothing)."""
+    node: Any = entry
+    path = base
+    for key in ("trainingRuntimeSpec", "template"):
+        path = (*path, key)
+        node = rec.typed(node.get(key), Mapping, path)
+        if node is None:
+            return []
+    checked(node.get("metadata"), METADATA, (*path, "metadata"), rec)
+    spec = rec.typed(node.get("spec"), Mapping, (*path, "spec"))
+    if spec is None:
+        return []
+    rjobs: list[Any] | None = rec.typed(spec.get("replicatedJobs"), list, (*path, "spec", "replicatedJobs"))
+    return rjobs or []
 
 
 def _check_patch_containers(

@@ -10,7 +10,10 @@ from .jsontypes import is_mapping
 from .model import Problem
 from .paths import PathPart
 
-__all__ = ["Recorder", "integer", "listed", "mapping", "type_name", "valid_env"]
+__all__ = ["INT32_MAX", "Recorder", "integer", "listed", "mapping", "type_name", "valid_env"]
+
+#: The largest value of a Kubernetes ``int32`` field (``format: int32`` in the CRDs).
+INT32_MAX = 2**31 - 1
 
 
 def mapping(value: Any) -> Mapping[str, Any]:
@@ -57,6 +60,17 @@ class Recorder:
     def malformed(self, path: tuple[PathPart, ...], message: str) -> None:
         """A wrong type or an out-of-range value at ``path``."""
         self.problems.append(Problem(path, message, True, self.in_runtime))
+
+    def count(self, value: Any, path: tuple[PathPart, ...], why: str = "") -> int | None:
+        """``value`` when it is an int32 of at least 1 (or absent: None); anything else is
+        malformed and reads as absent. ``why`` explains the lower bound in the message."""
+        number: int | None = self.typed(value, int, path)
+        if number is None:
+            return None
+        if not 1 <= number <= INT32_MAX:
+            self.malformed(path, f"must be between 1 and {INT32_MAX}, got {number}{why}")
+            return None
+        return number
 
 
 def type_name(value: Any) -> str:

@@ -57,7 +57,7 @@ from .mpi import OPENMPI_RESERVED_ENV, apply_mpi, gpu_count
 from .patches import apply_runtime_patches
 from .paths import Key
 from .pods import container, job_labels, pod_template, private_pod
-from .reading import Recorder, integer, listed, mapping, type_name
+from .reading import Recorder, integer, listed, mapping
 from .runtime import PreparedRuntime, prepare_runtime
 
 __all__ = [
@@ -127,7 +127,13 @@ def resolve(
     # Pod counts (after patches: a patch may relabel a job's template metadata).
     ancestors = {n: job_labels(d).get(ANCESTOR_LABEL) for n, d in docs.items()}
     trainer_job = next((n for n, ancestor in ancestors.items() if ancestor == TRAINER), None)
-    num_nodes_raw = rec.typed(trainer.get("numNodes"), int, ("spec", "trainer", "numNodes"))
+    # Trainer's CRD accepts numNodes 0 (minimum 0, v2.3+); mpigate refuses it with negative and
+    # out-of-range values: 0 nodes start no training pods, so it is never what the author meant.
+    num_nodes_raw = rec.count(
+        trainer.get("numNodes"),
+        ("spec", "trainer", "numNodes"),
+        " (0 nodes would start no training pods)" if trainer.get("numNodes") == 0 else "",
+    )
     counts = _pod_counts(docs, ancestors, ml, num_nodes_raw, trainer_job)
     if num_nodes_raw is not None:
         num_nodes, num_nodes_path = num_nodes_raw, "spec.trainer.numNodes"
@@ -136,6 +142,8 @@ def resolve(
         num_nodes_path = f"{prepared.root}spec.mlPolicy.numNodes"
 
     fields = read_trainer(trainer, rec)
+    # The CRD: int32, and numProcPerNode >= 1 (CEL) whatever the runtime.
+    rec.count(trainer.get("numProcPerNode"), ("spec", "trainer", "numProcPerNode"))
     if ml is not None and ml.mpi:
         _check_mpi(trainer, fields, ml, docs, rec)
     slots = _slots(ml, trainer, fields.resources, docs, ancestors, rec)
@@ -274,15 +282,7 @@ def _slots(
         return None
     nproc = trainer.get("numProcPerNode")
     if nproc is not None:
-        parsed = integer(nproc)
-        if parsed is None and isinstance(nproc, str) and nproc.isdigit():
-            parsed = None  # Trainer: "must have an int value for MPI TrainJob"
-        if parsed is None:
-            rec.add(
-                ("spec", "trainer", "numProcPerNode"),
-                f"must be an integer for an MPI runtime, got {type_name(nproc)}",
-            )
-        return parsed if parsed is not None else ml.num_proc_per_node
+        return parsed if (parsed := integer(nproc)) is not None and parsed >= 1 else ml.num_proc_per_node
     slots = ml.num_proc_per_node
     if slots == 1:
         # The TrainJob's resourcesPerNode when it has one, else the runtime's

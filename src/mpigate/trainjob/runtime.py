@@ -15,6 +15,7 @@ from .mpi import MPIPlugin, mpi_plugin
 from .paths import Key
 from .pods import JOB_TO_POD, pod_template
 from .reading import Recorder, mapping
+from .shapes import POD_TEMPLATE, checked
 from .smp import copy_json
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ def parse_ml_policy(runtime_spec: Mapping[str, Any], rec: Recorder) -> MLPolicy 
     kind = next((k for k in ("mpi", "torch", "jax", "xgboost", "flux", "plainml") if k in raw), None)
     if is_mapping(mpi):
         base = ("spec", "mlPolicy", "mpi")
-        nproc = rec.typed(mpi.get("numProcPerNode"), int, (*base, "numProcPerNode"))
+        nproc = rec.count(mpi.get("numProcPerNode"), (*base, "numProcPerNode"))
         impl = rec.typed(mpi.get("mpiImplementation"), str, (*base, "mpiImplementation"))
         ssh = rec.typed(mpi.get("sshAuthMountPath"), str, (*base, "sshAuthMountPath"))
         rlan = rec.typed(mpi.get("runLauncherAsNode"), bool, (*base, "runLauncherAsNode"))
@@ -114,7 +115,9 @@ def prepare_runtime(runtime: Mapping[str, Any], *, root: str | None = None) -> P
     # records holds on the pure and the compiled build alike (mypyc binds calls at compile time).
     log.debug("preparing runtime %s", name)
     ml = parse_ml_policy(mapping(thawed.get("spec")), rec)
-    jobs = tuple((job_name, dict(job)) for job_name, job in runtime_jobs(thawed, rec))
+    jobs = tuple(
+        (job_name, _well_typed(job_name, dict(job), rec)) for job_name, job in runtime_jobs(thawed, rec)
+    )
     layers = tuple(
         Layer(
             "runtime",
@@ -144,3 +147,19 @@ def prepare_runtime(runtime: Mapping[str, Any], *, root: str | None = None) -> P
         layers=layers,
         mpi=MappingProxyType(mpi),
     )
+
+
+def _well_typed(name: str, job: dict[str, Any], rec: Recorder) -> dict[str, Any]:
+    """``job`` (a thawed copy) with the malformed parts of its pod template left out and recorded
+    (:mod:`mpigate.trainjob.shapes`), so that the rest of the pod is still judged."""
+    pod = pod_template(job)
+    path = ("spec", "template", "spec", "replicatedJobs", Key("name", name), *JOB_TO_POD)
+    cleaned = checked(pod, POD_TEMPLATE, path, rec)
+    if cleaned is pod:
+        return job
+    template = dict(mapping(job.get("template")))
+    spec = dict(mapping(template.get("spec")))
+    spec["template"] = cleaned if cleaned is not None else {}
+    template["spec"] = spec
+    job["template"] = template
+    return job
