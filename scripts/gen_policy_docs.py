@@ -463,7 +463,8 @@ PAGES: dict[str, Page] = {
         what="Every image reference of every effective pod and runtime must come from an allowed "
         "registry: the image of every container (trainer, runtime, initializers, init and ephemeral "
         "containers), every OCI image volume (`volumes[].image.reference`, also from `runtimePatches`) "
-        "and the cache dataset initializer's `CACHE_IMAGE` (see [images](../images.md)). References are parsed like the container runtime does "
+        "and the cache dataset initializer's `CACHE_IMAGE` (see [images](../images.md)). "
+        "References are parsed like the container runtime does "
         "(`python:3.12` is `docker.io/library/python:3.12`; `registry.acme.internal.evil.com` is not "
         "`registry.acme.internal`). On CREATE, `spec.trainer.image` — the only image field a TrainJob can "
         "patch — is rewritten to a configured mirror.",
