@@ -237,9 +237,9 @@ def _check(value: Any, shape: Shape, path: tuple[PathPart, ...], rec: Recorder) 
         for key, sub in shape.items():
             if key not in value:
                 continue
-            item = value[key]
-            out = _check(item, sub, (*path, key), rec)
-            if out is not item:
+            field_value: Any = value[key]
+            out = _check(field_value, sub, (*path, key), rec)
+            if out is not field_value:
                 if changed is None:
                     changed = dict(value)
                 if out is _DROP:
@@ -252,9 +252,9 @@ def _check(value: Any, shape: Shape, path: tuple[PathPart, ...], rec: Recorder) 
         if not is_mapping(value):
             return _wrong(value, OBJ, path, rec)
         changed_map: dict[str, Any] | None = None
-        for key, item in value.items():
-            out = _check(item, shape[1], (*path, str(key)), rec)
-            if out is not item:
+        for key, entry in value.items():
+            out = _check(entry, shape[1], (*path, str(key)), rec)
+            if out is not entry:
                 if changed_map is None:
                     changed_map = dict(value)
                 if out is _DROP:
@@ -267,20 +267,22 @@ def _check(value: Any, shape: Shape, path: tuple[PathPart, ...], rec: Recorder) 
     key_field = shape[1] if kind == "keyed" else None
     item_shape = shape[2] if kind == "keyed" else shape[1]
     items: list[Any] | None = None
-    for index, item in enumerate(value):
-        name = item.get(key_field) if key_field and is_mapping(item) else None
+    element: Any
+    for index, element in enumerate(value):
+        name = element.get(key_field) if key_field and is_mapping(element) else None
         at: PathPart = Key(key_field, name) if key_field and isinstance(name, str) else index
-        if item is None:
-            result: Any = _wrong(item, item_shape if isinstance(item_shape, str) else OBJ, (*path, at), rec)
+        result: Any
+        if element is None:
+            result = _wrong(element, item_shape if isinstance(item_shape, str) else OBJ, (*path, at), rec)
         else:
-            result = _check(item, item_shape, (*path, at), rec)
-        if result is not item:
+            result = _check(element, item_shape, (*path, at), rec)
+        if result is not element:
             if items is None:
                 items = list(value[:index])
             if result is not _DROP:
                 items.append(result)
         elif items is not None:
-            items.append(item)
+            items.append(element)
     return value if items is None else items
 
 
