@@ -12,6 +12,7 @@ from tests.conftest import REPO
 from mpigate.cli.controller_commands import controller_command
 from mpigate.controller import handlers
 from mpigate.controller.leader import LeaseSettings
+from mpigate.controller.reliances import DEFAULT_KUEUE_CONFIG
 from mpigate.render import read_objects
 
 
@@ -86,6 +87,15 @@ def test_rbac_grants_what_the_controller_calls_and_no_deletes() -> None:
     lease = rules(one("Role", "mpigate-controller-leader-election", "mpigate-system"))
     assert {("coordination.k8s.io", "leases", v) for v in ("get", "create", "patch")} <= lease
     assert LeaseSettings(namespace="mpigate-system").name == "mpigate-controller"
+    # Kueue's Configuration, read for what the gate relies on: that one ConfigMap, read-only
+    namespace, name = DEFAULT_KUEUE_CONFIG.split("/")
+    kueue = one("Role", "mpigate-controller-kueue-config", namespace)
+    assert rules(kueue) == {("", "configmaps", "get")}
+    assert [r["resourceNames"] for r in kueue["rules"]] == [[name]]
+    binding = one("RoleBinding", "mpigate-controller-kueue-config", namespace)
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "mpigate-controller", "namespace": "mpigate-system"}
+    ]
 
 
 def test_print_netpol_needs_no_cluster() -> None:

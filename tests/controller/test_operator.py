@@ -696,3 +696,28 @@ async def test_policy_garbage_collected_with_its_job_is_not_recreated(
     # a negative claim needs a window: a wrong recreation would show within it
     assert await holds(lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal") is None, window=0.5)
     assert [e[1] for e in events(kmock, "nlp-team", "minimal")] == ["NetworkPolicyCreated"]
+
+
+async def test_the_controller_reports_what_it_finds_of_kueues_configuration(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, tmp_path: Path, key_file: Path
+) -> None:
+    """docs/security.md: Kueue must manage jobs without a queue label and the TrainJob/MPIJob
+    integrations. The controller reads Kueue's ConfigMap at start and reports each check."""
+    kmock.resources["v1/configmaps"] = {"kind": "ConfigMap", "namespaced": True, "verbs": ["get", "list"]}
+    text = "manageJobsWithoutQueueName: false\nintegrations:\n  frameworks: [trainer.kubeflow.org/trainjob]\n"
+    kmock.objects["v1/configmaps", "kueue-system", "kueue-manager-config"] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
+        "data": {"controller_manager_config.yaml": text},
+    }
+    running = start(options_for(kmock, tmp_path, key_file))
+    try:
+        gauge = "mpigate_controller_reliance"
+        await wait_for(
+            lambda: running.metric(gauge, check="kueue-framework-trainjob") == 1, what="the reliance gauge"
+        )
+        assert running.metric(gauge, check="kueue-manage-jobs-without-queue-name") == 0
+        assert running.metric(gauge, check="kueue-framework-mpijob") == 0
+    finally:
+        assert await running.shutdown() == 0

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 import click
 
-from mpigate.config import KINDS, check_tree, is_config_tree, kind_schema
+from mpigate.config import KINDS, Config, Location, Problem, Severity, check_tree, is_config_tree, kind_schema
+from mpigate.render import RenderError, render
+from mpigate.render.backstop import backstop_problems
 from mpigate.scaffold import ScaffoldError, Written, add_team, copy_example, copy_install_base, init_tree
 
 from ._output import OUTPUT_OPTION, dump, echo_problems, not_a_tree_note
@@ -35,6 +38,8 @@ def check_command(path: Path, output: str, strict: bool) -> None:
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist", param_hint="PATH")
     result = check_tree(path)
+    if result.config is not None and not result.errors:
+        result = dataclasses.replace(result, problems=(*result.problems, *_reliance_problems(result.config)))
     failed = bool(result.errors) or (strict and bool(result.warnings))
     if output != "text":
         config = result.config
@@ -73,6 +78,25 @@ def check_command(path: Path, output: str, strict: bool) -> None:
                 click.echo(f"using built-in defaults for: {', '.join(result.builtin_defaults)}")
         click.echo(summary, err=failed)
     sys.exit(1 if failed else 0)
+
+
+def _reliance_problems(config: Config) -> list[Problem]:
+    """What the rendered tree must carry for the gate to hold (render/backstop.py): the tree is
+    rendered in memory, as `mpigate render` would write it."""
+    try:
+        rendering = render(config)
+    except RenderError as exc:
+        return [
+            Problem(
+                Location(config.root),
+                "(render)",
+                f"the tree does not render, so the namespaces' labels cannot be checked: {exc}",
+                "reliance.render",
+                Severity.WARNING,
+                "run `mpigate render` to see where",
+            )
+        ]
+    return backstop_problems(config, rendering)
 
 
 @click.command("init")

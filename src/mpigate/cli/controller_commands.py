@@ -13,6 +13,7 @@ from mpigate.audit import AuditError
 from mpigate.config import ConfigError, load
 from mpigate.controller.leader import LeaseSettings
 from mpigate.controller.netpol import build_network_policy
+from mpigate.controller.reliances import DEFAULT_KUEUE_CONFIG
 from mpigate.controller.runner import ControllerOptions, default_identity, run_controller
 
 from ._inputs import read_objects
@@ -60,6 +61,15 @@ _PLACEHOLDER_UID = "<uid of the TrainJob>"
 @click.option(
     "--resync", default="5m", show_default=True, type=Duration(), help="Full reconciliation period."
 )
+@click.option(
+    "--kueue-config",
+    default=DEFAULT_KUEUE_CONFIG,
+    show_default=True,
+    metavar="NAMESPACE/NAME",
+    help="Kueue's Configuration ConfigMap: checked at start and every resync for what the gate relies on "
+    "(manageJobsWithoutQueueName, the TrainJob and MPIJob integrations; metric mpigate_controller_reliance). "
+    "'' skips the check.",
+)
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
@@ -84,6 +94,7 @@ def controller_command(
     lease_name: str,
     identity: str | None,
     resync: float,
+    kueue_config: str,
     log_format: str,
     log_level: str,
     print_netpol: Path | None,
@@ -113,6 +124,9 @@ def controller_command(
         raise click.BadParameter(str(exc), param_hint="--kubeconfig") from exc
     if kube is None:
         raise click.UsageError("not running in a cluster: pass --kubeconfig (or set KUBECONFIG)")
+    namespace, _, name = kueue_config.partition("/")
+    if kueue_config and not (namespace and name):
+        raise click.BadParameter(f"{kueue_config!r}: expected NAMESPACE/NAME", param_hint="--kueue-config")
     options = ControllerOptions(
         config_path=config_path,
         kube=kube,
@@ -124,6 +138,7 @@ def controller_command(
         lease=LeaseSettings(namespace=lease_namespace, name=lease_name),
         identity=identity or default_identity(),
         resync_seconds=max(resync, 10.0),
+        kueue_config=kueue_config or None,
     )
     try:
         code = asyncio.run(run_controller(options))

@@ -17,6 +17,7 @@ __all__ = [
     "MERGE_PATCH",
     "ControllerApi",
     "TtlCache",
+    "configmap_path",
     "event_path",
     "lease_path",
     "namespace_path",
@@ -45,6 +46,10 @@ def runtime_path(kind: str, name: str, namespace: str | None) -> str:
 def netpol_path(namespace: str, name: str | None = None) -> str:
     base = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
     return f"{base}/{name}" if name else base
+
+
+def configmap_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/configmaps/{name}"
 
 
 def event_path(namespace: str) -> str:

@@ -82,4 +82,12 @@ class ControllerMetrics:
             "Config bundles that failed to load (the last good one stays in use).",
             registry=r,
         )
+        self.reliance = Gauge(
+            "mpigate_controller_reliance",
+            "Whether what the gate relies on holds in the cluster (docs/security.md), by check "
+            "(kueue-manage-jobs-without-queue-name, kueue-framework-trainjob, kueue-framework-mpijob): "
+            "1 holds, 0 does not, -1 could not be checked.",
+            ["check"],
+            registry=r,
+        )
         self.config = Info("mpigate_controller_config", "The config revision in use.", registry=r)

@@ -33,7 +33,7 @@ from mpigate.config import Config
 from mpigate.config.model import Team
 from mpigate.policy.demand import gpu_resources
 
-from .api import ControllerApi, netpol_path, runtime_path, trainjob_path
+from .api import ControllerApi, configmap_path, netpol_path, runtime_path, trainjob_path
 from .demand import JobGpus, job_gpus, runtime_ref
 from .events import EventPoster
 from .lifecycle import (
@@ -57,6 +57,7 @@ from .netpol import (
     repair_patch,
 )
 from .recording import Recorder
+from .reliances import Reliance, kueue_reliances, unknown_reliances
 from .residency import placement
 
 __all__ = ["EVIDENCE_ANNOTATION", "NoConfigError", "Reconciler"]
@@ -140,6 +141,8 @@ class Reconciler:
         self._deleted: OrderedDict[str, None] = OrderedDict()
         # Deletions whose record could not be written yet (the object is gone; resync retries).
         self._pending_deletions: dict[str, Mapping[str, Any]] = {}
+        # The last state of each reliance check, so that a warning is logged when it changes.
+        self._reliances: dict[str, bool | None] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -584,6 +587,30 @@ class Reconciler:
             raise
         if _meta(updated).get("uid") == uid:
             self._jobs[key] = updated
+
+    # ------------------------------------------------------------------ reliances
+
+    async def check_kueue(self, where: str) -> list[Reliance]:
+        """Read Kueue's Configuration (``namespace/name`` of its ConfigMap) and report what of it the
+        gate relies on (controller/reliances.py): the gauge every time, a log line when a check
+        changes (a warning unless it holds)."""
+        namespace, _, name = where.partition("/")
+        try:
+            configmap = await self.api.get(configmap_path(namespace, name))
+        except KubeError as exc:
+            found = unknown_reliances(f"reading ConfigMap {where} failed ({exc.kind})")
+        else:
+            found = kueue_reliances(configmap, where)
+        for reliance in found:
+            self.metrics.reliance.labels(reliance.check).set(reliance.value)
+            if reliance.check in self._reliances and self._reliances[reliance.check] is reliance.holds:
+                continue
+            self._reliances[reliance.check] = reliance.holds
+            if reliance.holds:
+                log.info("reliance %s holds: %s", reliance.check, reliance.message)
+            else:
+                log.warning("reliance %s: %s", reliance.check, reliance.message)
+        return found
 
     # ------------------------------------------------------------------ periodic
 

@@ -39,6 +39,7 @@ from .leader import LeaseElector, LeaseSettings
 from .metrics import ControllerMetrics
 from .reconciler import Reconciler
 from .recording import AuditTrailRecorder, LogRecorder, Recorder
+from .reliances import DEFAULT_KUEUE_CONFIG
 
 __all__ = ["ControllerOptions", "ExitCode", "default_identity", "run_controller"]
 
@@ -71,6 +72,9 @@ class ControllerOptions:
     identity: str = field(default_factory=default_identity)
     resync_seconds: float = 300.0
     reload_seconds: float = 5.0
+    #: ``namespace/name`` of Kueue's Configuration ConfigMap, checked at start and every resync
+    #: (controller/reliances.py); None: not checked.
+    kueue_config: str | None = DEFAULT_KUEUE_CONFIG
     watch_timeout: float = 300.0
 
 
@@ -274,6 +278,14 @@ class _KopfThread(threading.Thread):
         async def resync() -> None:
             jobs, failures = await reconciler.resync()
             log.info("resync: %d TrainJobs, %d failures", jobs, failures)
+            if options.kueue_config:
+                await reconciler.check_kueue(options.kueue_config)
+
+        if options.kueue_config:
+            try:
+                await reconciler.check_kueue(options.kueue_config)
+            except Exception:  # reported by the gauge and the next resync; never fatal
+                log.exception("checking Kueue's Configuration failed")
 
         # Created before kopf starts, so that kopf does not count them among its own tasks.
         background = [
