@@ -324,7 +324,10 @@ async def _lead(
             finished.set_result(error)
 
     def done(error: BaseException | None) -> None:
-        loop.call_soon_threadsafe(settle, error)
+        # kopf may end after _lead stopped waiting for it (a lost Lease waits 5 s) and the loop has
+        # closed: then nobody is left to tell (seen as an unhandled exception in the kopf thread).
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, error)
 
     thread = _KopfThread(options, store, recorder, metrics, done)
     health.kopf_done = finished
