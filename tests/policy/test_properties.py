@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from mpigate.config import Config
 from mpigate.policy import Decision, apply_patch
 from mpigate.policy.findings import WARNING_LIMIT
-from tests.policy.helpers import decide, example_org, runtime_patch
+from mpigate.trainjob.mpijob import resolve_mpijob
+from tests.policy.helpers import decide, example_org, read, runtime_patch
 
 ORG: Config = example_org()
 
@@ -47,6 +48,12 @@ field_names = st.sampled_from(
         "template",
         "replicatedJobs",
         "activeDeadlineSeconds",
+        "mpiReplicaSpecs",
+        "Launcher",
+        "Worker",
+        "replicas",
+        "slotsPerWorker",
+        "runPolicy",
         "x",
     ]
 )
@@ -73,9 +80,14 @@ def _check(decision: Decision, obj: Any) -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(field_names, json_values, max_size=5))
 def test_never_raises_on_arbitrary_objects(obj: dict[str, Any]) -> None:
-    obj = {**obj, "kind": "TrainJob"}
-    for operation in ("CREATE", "UPDATE"):
-        _check(decide(ORG, obj, operation=operation, old=obj, namespace="nlp-team"), obj)
+    # a version the engine understands, so that every rule family reads the hostile object
+    for api_version, kind in (
+        ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
+        ("kubeflow.org/v2beta1", "MPIJob"),
+    ):
+        job = {**obj, "apiVersion": api_version, "kind": kind}
+        for operation in ("CREATE", "UPDATE"):
+            _check(decide(ORG, job, operation=operation, old=job, namespace="nlp-team"), job)
 
 
 BASE = {
@@ -219,3 +231,44 @@ def test_patch_applies_to_the_mutated_object_and_mutation_is_idempotent(job: dic
     assert [
         p for p in once["spec"].get("runtimePatches", []) if p["manager"] != "mpigate.io/admission"
     ] == others
+
+
+MPIJOB_BASE = read("mpijobs/mpi-allreduce.yaml")
+MPIJOB_PATHS = [
+    ("spec",),
+    ("spec", "slotsPerWorker"),
+    ("spec", "runPolicy"),
+    ("spec", "runPolicy", "activeDeadlineSeconds"),
+    ("spec", "mpiImplementation"),
+    ("spec", "sshAuthMountPath"),
+    ("spec", "runLauncherAsWorker"),
+    ("spec", "mpiReplicaSpecs"),
+    ("spec", "mpiReplicaSpecs", "Launcher"),
+    ("spec", "mpiReplicaSpecs", "Worker", "replicas"),
+    ("spec", "mpiReplicaSpecs", "Worker", "template"),
+    ("spec", "mpiReplicaSpecs", "Worker", "template", "metadata"),
+    ("spec", "mpiReplicaSpecs", "Worker", "template", "spec"),
+    ("spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers"),
+    ("spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers", 0),
+    ("spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers", 0, "resources"),
+    ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "env"),
+    ("metadata", "labels"),
+]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(MPIJOB_PATHS), json_values)
+def test_an_mpijob_field_of_the_wrong_type_never_raises_and_what_the_operator_refuses_is_denied(
+    path: tuple[Any, ...], value: Any
+) -> None:
+    """Malformed is refused, never absent: a value the MPI Operator would not run is a denial."""
+    obj = copy.deepcopy(MPIJOB_BASE)
+    node: Any = obj
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    decision = decide(ORG, obj)
+    _check(decision, obj)
+    _check(decide(ORG, obj, operation="UPDATE", old=MPIJOB_BASE), obj)
+    if [p for p in resolve_mpijob(obj).problems if not p.advisory]:
+        assert not decision.allowed, decision
