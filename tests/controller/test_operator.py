@@ -409,8 +409,13 @@ async def test_a_policy_the_job_does_not_own_is_a_conflict_never_a_rewrite(
         "NetworkPolicy mpigate-trainjob.minimal exists but does not belong to this TrainJob" in conflict[0][2]
     )
     await wait_for(lambda: controller.metric(CONFLICT, kind="networkpolicy") >= 1, what="the metric")
-    assert (
-        controller.metric("mpigate_controller_reconciles_total", kind="networkpolicy", result="conflict") >= 1
+    # The reconcile is counted after the conflict (when the handler returns): wait for it too.
+    await wait_for(
+        lambda: (
+            controller.metric("mpigate_controller_reconciles_total", kind="networkpolicy", result="conflict")
+            >= 1
+        ),
+        what="the reconcile counted as a conflict",
     )
     assert await holds(lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal") == before, window=0.5)
     assert not list(kmock["patch", path]) and not list(kmock["put", path]) and not list(kmock["delete", path])
