@@ -125,3 +125,15 @@ def test_malformed_mpijobs_are_refused_never_absent(org: Config, spec: Any) -> N
     decision = evaluate(org, request(obj), now=NOW)
     assert not decision.allowed
     assert mutations(org, request(obj), now=NOW).allowed  # no verdict at mutation, never a crash
+
+
+def test_a_template_field_of_the_wrong_type_is_refused_not_read_as_absent(org: Config) -> None:
+    """hostNetwork "true" would read as false to Pod Security: it is a denial naming the field."""
+    obj = read("mpijobs/mpi-allreduce.yaml")
+    obj["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["hostNetwork"] = "true"
+    decision = decide(org, obj)
+    assert not decision.allowed
+    (v,) = [
+        v for v in decision.violations if v.path == "spec.mpiReplicaSpecs.Worker.template.spec.hostNetwork"
+    ]
+    assert v.mode == "enforce" and v.message == 'Expected a boolean, got string "true".'

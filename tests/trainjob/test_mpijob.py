@@ -106,12 +106,12 @@ def test_defaults_and_worker_command() -> None:
         (
             lambda s: s["mpiReplicaSpecs"]["Worker"].update(replicas=0),
             "spec.mpiReplicaSpecs.Worker.replicas",
-            "must be 1 or more",
+            "must be between 1 and",
         ),
         (
             lambda s: s["mpiReplicaSpecs"]["Worker"].update(replicas=-(2**63)),
             "spec.mpiReplicaSpecs.Worker.replicas",
-            "must be 1 or more",
+            "must be between 1 and",
         ),
         (
             lambda s: s["mpiReplicaSpecs"]["Worker"].pop("replicas"),

@@ -35,6 +35,7 @@ from .jsontypes import is_mapping
 from .model import EffectiveJob, Layer, MLPolicy, Problem, Resolution
 from .paths import PathPart
 from .reading import Recorder, listed, mapping
+from .shapes import POD_TEMPLATE, checked
 
 __all__ = [
     "LAUNCHER_ROLE",
@@ -149,10 +150,11 @@ def resolve_mpijob(mpijob: Mapping[str, Any]) -> Resolution:
                 (*base, "restartPolicy"),
                 f"must be Never or OnFailure, got {restart!r}; the MPI Operator rejects it",
             )
-        template = rec.typed(replica.get("template"), Mapping, (*base, "template")) or {}
-        rec.typed(template.get("metadata"), Mapping, (*base, "template", "metadata"))
-        pod_spec = rec.typed(template.get("spec"), Mapping, (*base, "template", "spec")) or {}
-        containers = rec.typed(pod_spec.get("containers"), list, (*base, "template", "spec", "containers"))
+        # Malformed is refused, never absent: a part of the wrong type is a problem and is left out
+        # (the pod-template types of trainjob/shapes.py, as for a runtime's and a patch's templates).
+        template = checked(replica.get("template"), POD_TEMPLATE, (*base, "template"), rec) or {}
+        pod_spec = mapping(template.get("spec"))
+        containers = pod_spec.get("containers")
         if not containers or not is_mapping(containers[0]):
             rec.add(
                 (*base, "template", "spec", "containers"),
@@ -199,23 +201,18 @@ def resolve_mpijob(mpijob: Mapping[str, Any]) -> Resolution:
 def _replicas(raw: Any, rtype: str, path: tuple[PathPart, ...], rec: Recorder) -> int:
     """The pods of one replica type, as Kueue charges them (``ptr.Deref(replicas, 1)``); what the
     operator's validation refuses is recorded."""
-    value: int | None = rec.typed(raw, int, path)
+    value = rec.count(raw, path, "; the MPI Operator rejects it")  # an int32 of at least 1
     if rtype == LAUNCHER_TYPE:
         if value is not None and value != 1:
             rec.add(path, f"must be 1, got {value}; the MPI Operator rejects any other Launcher count")
         return 1
-    if value is None:
-        if raw is None:
-            rec.add(
-                path,
-                "is required: the MPI Operator defaults it to 0 and then rejects the job "
-                "(a Worker needs 1 or more replicas)",
-            )
-        return 1
-    if value < 1:
-        rec.add(path, f"must be 1 or more, got {value}; the MPI Operator rejects it")
-        return max(value, 0)
-    return value
+    if raw is None:
+        rec.add(
+            path,
+            "is required: the MPI Operator defaults it to 0 and then rejects the job "
+            "(a Worker needs 1 or more replicas)",
+        )
+    return value if value is not None else 1
 
 
 def _operator_pod(
