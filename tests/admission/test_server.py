@@ -313,3 +313,21 @@ async def test_plain_http_only_with_insecure_dev_on_loopback(org: Path) -> None:
             assert resp.status == 200
     finally:
         await server.stop()
+
+
+async def test_the_config_served_is_recorded_at_start_and_at_every_reload(
+    start_webhook: StartWebhook, org: Path
+) -> None:
+    # a compliance report needs what each revision in force enforced (issue 19)
+    recorder = MemoryRecorder()
+    server = await start_webhook(recorder=recorder)
+    first = server.store.current.revision  # type: ignore[union-attr]
+    assert recorder.configs == [first]
+    org_file = org / "policies" / "org.yaml"
+    org_file.write_text(org_file.read_text(encoding="utf-8") + "\n# reviewed\n", encoding="utf-8")
+    await server.check_reload()
+    second = server.store.current.revision  # type: ignore[union-attr]
+    assert second != first
+    assert recorder.configs == [first, second]
+    await server.check_reload()  # nothing changed: nothing recorded
+    assert recorder.configs == [first, second]

@@ -315,3 +315,30 @@ def test_the_memos_hold_no_secret_and_nothing_long() -> None:
     # memoized or not, a string is judged the same
     assert redact({"notes": "short and plain"})["notes"] == "short and plain"
     assert redact({"notes": token})["notes"] == REDACTED and token not in records._PLAIN
+
+
+def test_config_record_states_what_the_revision_enforces() -> None:
+    from pathlib import Path
+
+    from mpigate.audit import config_record
+    from mpigate.catalogue import all_rules
+    from mpigate.config import load
+
+    config = load(Path(__file__).resolve().parents[2], revision="abc123")
+    entry = config_record(config)
+    assert (entry["stage"], entry["source"], entry["revision"], entry["team"]) == (
+        "evidence",
+        "webhook",
+        "abc123",
+        None,
+    )
+    details = entry["evidence"]["details"]
+    assert entry["evidence"]["kind"] == "config"
+    assert details["podSecurity"] == {
+        "level": config.org.security.level,
+        "version": config.org.security.version,
+    }
+    modes = details["enforcement"]["modes"]
+    assert set(modes) == set(all_rules())  # every rule, resolved as the engine resolves it
+    assert all(modes[r] == config.org.enforcement.mode_for(r) for r in modes)
+    assert modes["MPG-Q004"] == "warn"  # advisory: enforce acts as warn

@@ -34,7 +34,7 @@ def test_q001_message_has_the_numbers_and_the_fix(org: Config) -> None:
     assert (
         v.fix == "Set spec.trainer.numNodes to 2 or fewer, or ask #nlp-admins to raise quotas/nlp-team.yaml."
     )
-    assert v.controls == ("SOC2-A1.1", "SOC2-CC6.1")
+    assert v.controls == ("SOC2-A1.1",)  # capacity; not access control (issue 19)
     assert decision.message == (
         f"mpigate denied TrainJob nlp-team/llm-pretrain-huge:\n  [MPG-Q001] spec.trainer: {v.message} {v.fix}"
     )
@@ -206,6 +206,10 @@ def test_external_runtime_without_manifest_is_checked_on_spec_trainer_only(org: 
     assert decision.demand is not None and decision.demand.gpus == {
         "nvidia.com/gpu": 16
     }  # 2 × 8, a lower bound
+    # the report's image inventory (PCI DSS 6.3.2) has the trainer image as admitted
+    assert [j.images for j in decision.demand.jobs] == [
+        ("registry.acme.internal/mirror/docker.io/someone/ds",)
+    ]
     # the trainer image is still judged (after the docker.io mirror rewrite it is allowed, but untagged)
     assert ids(decision) == {"MPG-IMG-002"}
 
@@ -548,3 +552,18 @@ def test_an_org_can_admit_what_mpigate_does_not_understand_with_a_warning(org: C
     decision = decide(warn, obj)
     assert decision.allowed and decision.rule_ids == ("MPG-API-001",)
     assert decision.warnings[0].startswith("[MPG-API-001] MPIJob kubeflow.org/v1 is not understood")
+
+
+def test_other_kinds_are_not_ours(org: Config) -> None:
+    decision = decide(org, {"kind": "ConfigMap", "metadata": {"name": "x", "namespace": "nlp-team"}})
+    assert decision.allowed and decision.violations == () and decision.patch == ()
+
+
+def test_demand_lists_the_images_of_each_job_as_admitted(org: Config) -> None:
+    decision = decide(org, read("trainjobs/llm-finetune.yaml"))
+    assert decision.allowed and decision.demand is not None
+    images = {j.name: j.images for j in decision.demand.jobs}
+    # every container of every job's effective pod, after mpigate's mirror rewrite
+    assert images and all(images.values())
+    assert all("@sha256:" in i or ":" in i.rsplit("/", 1)[-1] for found in images.values() for i in found)
+    assert decision.demand.to_dict()["jobs"][0]["images"] == list(decision.demand.jobs[0].images)

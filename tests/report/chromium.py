@@ -53,6 +53,8 @@ _PROBE = """(() => ({
   colHeadersWithoutScope: document.querySelectorAll('thead th:not([scope])').length,
   text: document.body.innerText,
   lang: document.documentElement.lang,
+  pageRules: [...document.styleSheets].flatMap(s => [...s.cssRules])
+    .filter(r => r.constructor.name === 'CSSPageRule').map(r => r.cssText),
 }))()"""
 
 

@@ -7,16 +7,39 @@ next to each record say what it contributes.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from mpigate.audit import AuditLog, Signer, evidence_record, lifecycle_record, record_from_decision
+from mpigate.audit import (
+    AuditLog,
+    Signer,
+    config_record,
+    evidence_record,
+    lifecycle_record,
+    record_from_decision,
+)
 from mpigate.catalogue import rule
-from mpigate.policy.decision import AdmissionInput, AppliedException, Decision, Demand, UserInfo, Violation
+from mpigate.config import Config, load
+from mpigate.config.model import Enforcement
+from mpigate.policy.decision import (
+    AdmissionInput,
+    AppliedException,
+    Decision,
+    Demand,
+    JobDemand,
+    UserInfo,
+    Violation,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+REVISION = "9fb03e4c1d2a"
+IMAGES = {"eu": ("ghcr.io/acme/llm@sha256:" + "a" * 64,), "us": ("ghcr.io/acme/vision:2.1",)}
 
 MARIA = UserInfo("maria", ("nlp-team-scientists", "system:authenticated"))
 BOB = UserInfo("bob", ("cv-team-scientists", "system:authenticated"))
@@ -51,9 +74,20 @@ def violation(rule_id: str, mode: str, message: str, waived_by: str | None = Non
 
 
 def demand(gpus: int, region: str) -> Demand:
-    return Demand(
-        pods=gpus // 8 or 1, gpus={"nvidia.com/gpu": gpus}, cpu=None, memory=None, jobs=(), region=region
+    pods = gpus // 8 or 1
+    job = JobDemand("node", pods, {"nvidia.com/gpu": min(gpus, 8)}, None, None, images=IMAGES[region])
+    return Demand(pods=pods, gpus={"nvidia.com/gpu": gpus}, cpu=None, memory=None, jobs=(job,), region=region)
+
+
+@cache
+def scenario_config() -> Config:
+    """The example org at the scenario's revision, with MPG-SEC-RUNASNONROOT in warn mode (as the
+    warning on 2026-11-21 shows)."""
+    config = load(REPO, revision=REVISION)
+    enforcement = Enforcement.build(
+        config.org.enforcement.default, {**config.org.enforcement.overrides, "MPG-SEC-RUNASNONROOT": "warn"}
     )
+    return dataclasses.replace(config, org=dataclasses.replace(config.org, enforcement=enforcement))
 
 
 def decision_record(
@@ -77,7 +111,7 @@ def decision_record(
         namespace=team,
         name=name,
         team=team,
-        revision="9fb03e4c1d2a",
+        revision=REVISION,
         violations=violations,
         warnings=warnings,
         patch=({"op": "add", "path": "/metadata/labels/mpigate.io~1team", "value": team},)
@@ -124,6 +158,8 @@ def write_scenario(root: Path, signer: Signer | None) -> None:
     """Write the three chains under ``root`` (an audit directory)."""
     clock = Clock()
     with open_log(root, "webhook-0", signer, clock, "webhook") as log:
+        # each webhook records the revision it serves when it starts
+        log.append(config_record(scenario_config()))
         # 2026-11-20: three allowed creates, one Q001 denial (nlp); a double denial (cv)
         for i in (1, 2, 3):
             log.append(decision_record("CREATE", "nlp-team", f"llm-ft-{i}", MARIA))
@@ -161,6 +197,8 @@ def write_scenario(root: Path, signer: Signer | None) -> None:
         )
     with open_log(root, "webhook-1", signer, clock, "webhook") as log:
         # 2026-11-21: a hostPath volume waived by an exception (+ its mutate record); a delete
+        clock.at("2026-11-21T08:59:00Z")
+        log.append(config_record(scenario_config()))
         clock.at("2026-11-21T09:00:00Z")
         log.append(decision_record("CREATE", "nlp-team", "llm-ft-4", MARIA, stage="mutate"))
         clock.at("2026-11-21T09:00:01Z")

@@ -18,8 +18,8 @@ from .conftest import require_tool
 from .scenario import SCRIPT_MESSAGE
 
 SECTIONS = [
-    "summary", "integrity", "controls", "decisions", "denials", "security", "activity", "rbac", "exceptions",
-    "residency", "chargeback", "method",
+    "summary", "integrity", "revisions", "controls", "api-events", "decisions", "denials", "security",
+    "activity", "rbac", "exceptions", "residency", "images", "chargeback", "sample", "method",
 ]  # fmt: skip
 
 
@@ -39,7 +39,8 @@ def load(chromium: str, report: dict[str, Any], path: Path) -> PageResult:
 def test_report_loads_cleanly_offline(
     chromium: str, make_report: Callable[..., dict[str, Any]], k8s_log: Path, tmp_path: Path
 ) -> None:
-    page = load(chromium, make_report(k8s=[k8s_log]), tmp_path / "report.html")
+    report = make_report(k8s=[k8s_log])
+    page = load(chromium, report, tmp_path / "report.html")
     assert page.errors == []
     assert page.requests == [(tmp_path / "report.html").as_uri()]  # nothing but the file itself
     facts = page.facts
@@ -53,7 +54,7 @@ def test_report_loads_cleanly_offline(
     assert facts["colHeadersWithoutScope"] == 0
     text = facts["text"]
     for expected in (
-        "Integrity of the inputs",
+        "Integrity and completeness of the inputs",
         "CC6.1 Logical access security",
         "164.312(b) Audit controls",
         "Art. 44 — Transfers to third countries",
@@ -70,6 +71,20 @@ def test_report_loads_cleanly_offline(
     # printable: A4 pages (the print CSS starts controls, decisions, activity and method on new pages)
     pages = len(re.findall(rb"/Type\s*/Page[^s]", page.pdf))
     assert pages >= 5
+    boxes = set(re.findall(rb"/MediaBox\s*\[0 0 ([0-9.]+) ([0-9.]+)\]", page.pdf))
+    assert {(round(float(w)), round(float(h))) for w, h in boxes} == {(595, 842)}  # A4 in points
+    # every printed page carries the report id and its number
+    [rule] = facts["pageRules"]
+    assert f'"mpigate compliance report {report["reportId"]}"' in rule
+    assert 'counter(page) " of " counter(pages)' in rule
+
+
+def test_letter_paper(chromium: str, make_report: Callable[..., dict[str, Any]], tmp_path: Path) -> None:
+    path = tmp_path / "letter.html"
+    path.write_text(render(make_report(), "html", paper="letter"), encoding="utf-8")
+    page = inspect_page(path, binary=chromium)
+    boxes = set(re.findall(rb"/MediaBox\s*\[0 0 ([0-9.]+) ([0-9.]+)\]", page.pdf))
+    assert {(round(float(w)), round(float(h))) for w, h in boxes} == {(612, 792)}  # US Letter
 
 
 def test_broken_chain_banner_is_shown(

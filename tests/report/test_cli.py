@@ -24,8 +24,8 @@ def test_format_follows_the_output_suffix(trail: Path, tmp_path: Path) -> None:
         assert code == 0, err
         assert (tmp_path / name).read_text(encoding="utf-8").startswith(start)
     assert (
-        "3 chain(s) all verified, 29 record(s) in the period; controls: 17 met, 8 attention, 0 no evidence"
-        in err
+        "3 chain(s) all verified, 31 record(s) in the period, 100.0 % of it covered; controls: 10 met, "
+        "9 attention, 14 not evaluated, 0 no occasion, 0 not applicable" in err
     )
 
 

@@ -68,14 +68,29 @@ def test_csv_has_the_documented_columns_and_parses(full: Report) -> None:
     assert (
         tuple(rows[0])
         == CSV_COLUMNS
-        == (*documented.split(), "namespace", "name", "metric", "value", "detail")
+        == (
+            *documented.split(),
+            "namespace",
+            "name",
+            "metric",
+            "value",
+            "detail",
+            "ref",
+            "request_uid",
+            "unit",
+        )
     )
     assert all(len(r) == len(CSV_COLUMNS) for r in rows)
     records = [dict(zip(CSV_COLUMNS, r, strict=True)) for r in rows[1:]]
     sections = [r["section"] for r in records]
+    # the HTML's sections, in its order
     order = [
         "integrity",
+        "completeness",
         "k8s_audit",
+        "revisions",
+        "controls",
+        "api_events",
         "decisions",
         "rules",
         "denials",
@@ -84,22 +99,36 @@ def test_csv_has_the_documented_columns_and_parses(full: Report) -> None:
         "rbac",
         "exceptions",
         "residency",
+        "images",
         "chargeback",
-        "controls",
+        "sample",
+        "inputs",
     ]
     assert sorted(set(sections), key=order.index) == [s for s in order if s in sections]
     assert sections == sorted(sections, key=order.index)  # grouped in that order
+    assert set(order) - set(sections) == {"sample"}  # no sample was asked for
     gpu = {(r["team"], r["cost_center"]): r["value"] for r in records if r["metric"] == "gpu_hours"}
     assert gpu == {("cv-team", "(none recorded)"): "3.0", ("nlp-team", "cc-nlp"): "2.0"}
     decisions = sum(int(r["value"]) for r in records if r["section"] == "decisions" and not r["rule"])
     assert decisions == 4  # decisions that hit no rule (the two waivers hit one)
+    assert {r["unit"] for r in records if r["section"] == "decisions"} == {"requests"}
+    assert {r["unit"] for r in records if r["section"] == "rules"} == {"findings"}
     controls = [r for r in records if r["section"] == "controls"]
-    assert len(controls) == 25
+    assert len(controls) == 33
     art44 = next(r for r in controls if r["control"] == "GDPR-Art44")
+    # 10 requests and 3 placements: the population, in its units
     assert (art44["framework"], art44["outcome"], art44["value"]) == ("gdpr", "attention", "13")
+    assert art44["rule"] == "validate=10 requests;evidence=3 placements"
     assert any(
         r["section"] == "activity" and r["metric"] == "unjudged_writes" and r["value"] == "1" for r in records
     )
+    # every sampled or listed request names its record
+    listed = [r for r in records if r["section"] == "activity" and r["metric"] == "request"]
+    assert listed and all(r["ref"] for r in listed)
+    mpigate = [r for r in listed if r["detail"] == "source=mpigate"]
+    assert all(r["ref"].count(":") == 2 and len(r["ref"].rsplit(":", 1)[1]) == 64 for r in mpigate)
+    digests = [r for r in records if r["section"] == "inputs"]
+    assert len(digests) == 6 and all(len(r["detail"]) == 64 for r in digests)  # 5 segments, 1 log
 
 
 def test_csv_cells_cannot_become_formulas(report: Report) -> None:
@@ -117,10 +146,22 @@ def test_markdown_escapes_table_syntax_and_markup(report: Report) -> None:
     evil = copy.deepcopy(report)
     evil["denials"]["topReasons"][0]["examples"][0]["message"] = "a | b <img src=x onerror=alert(1)>\nnext"
     text = render(evil, "md")
-    row = next(line for line in text.splitlines() if line.startswith("| MPG-Q001 |"))
-    assert row == r"| MPG-Q001 | 2 | a \| b \<img src=x onerror=alert(1)\> next |"
-    assert text.count("### ") == 9  # four frameworks, denials, security, exceptions, residency, GPU-hours
-    assert "- **Decisions:** 10 (6 allowed, 1 with warnings, 3 denied)" in text
+    row = next(line for line in text.splitlines() if line.startswith("| MPG-Q001 | 2 | a"))
+    assert row.startswith(r"| MPG-Q001 | 2 | a \| b \<img src=x onerror=alert(1)\> next | webhook-1:")
+    assert "- **Requests judged:** 10 (6 allowed, 1 with warnings, 3 denied); 7 rule finding(s)" in text
+
+
+def test_markdown_and_csv_carry_the_html_sections(full: Report) -> None:
+    html = render(full, "html")
+    headings = re.findall(r'<h2 id="h-[a-z-]+">([^<]+)</h2>', html)
+    markdown = render(full, "md")
+    md_headings = re.findall(r"^### (.+)$", markdown, flags=re.MULTILINE)
+    for heading in headings:
+        if heading == "Controls":  # one table per framework in Markdown
+            assert all(f"### {f['title']}" in markdown for f in full["controls"])
+            continue
+        short = heading.split(" (")[0].replace("&#39;", "'")
+        assert any(h.startswith(short) for h in md_headings), heading
 
 
 def test_html_escapes_record_text(report: Report) -> None:
@@ -196,7 +237,9 @@ def test_palette_contrast_meets_wcag() -> None:
         "denied",
         "met",
         "attention",
-        "no evidence",
+        "not evaluated",
+        "no occasion",
+        "not applicable",
     ):
         assert contrast_ratio(PALETTE[name], white) >= 4.5, name  # text in these colours
     assert contrast_ratio(PALETTE["bar"], white) >= 3.0  # graphics

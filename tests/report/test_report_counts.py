@@ -21,10 +21,11 @@ def test_period_inputs_and_integrity(report: Report) -> None:
         "firstRecord": "2026-11-20T09:00:00.000Z",
         "lastRecord": "2026-11-22T08:05:00.000Z",
         "days": 3,
+        "seconds": 169500.0,  # the span of the records: 47.1 h, not "3 days"
     }
     chains = {c["chain"]: c for c in report["inputs"]["chains"]}
     assert sorted(chains) == ["controller-0", "webhook-0", "webhook-1"]
-    # webhook-0: genesis and its checkpoint, 6 decisions, shutdown checkpoint
+    # webhook-0: genesis and its checkpoint, the config it serves, 6 decisions, shutdown checkpoint
     assert chains["webhook-0"]["records"] == 9
     assert all(c["ok"] and c["signatures"] == "verified" for c in chains.values())
     assert all(c["status"]["state"] == "verified" for c in chains.values())
@@ -36,7 +37,7 @@ def test_period_inputs_and_integrity(report: Report) -> None:
     assert report["totals"]["byStage"]["validate"] == 10
     assert report["totals"]["byStage"]["mutate"] == 1
     assert report["totals"]["byStage"]["lifecycle"] == 4
-    assert report["totals"]["byStage"]["evidence"] == 3
+    assert report["totals"]["byStage"]["evidence"] == 5  # 3 placements, 2 config records
 
 
 def test_decisions_by_outcome_day_and_team(report: Report) -> None:
@@ -84,7 +85,7 @@ def test_rule_effects(report: Report) -> None:
     assert rules["MPG-SEC-HOSTPATHVOLUMES"]["waived"] == 1
     assert rules["MPG-LIFE-002"]["waived"] == 1
     assert rules["MPG-Q001"]["denied"] == 2
-    assert rules["MPG-Q001"]["controls"] == ["SOC2-A1.1", "SOC2-CC6.1"]
+    assert rules["MPG-Q001"]["controls"] == ["SOC2-A1.1"]  # capacity, not access (issue 19)
 
 
 def test_privileged_and_unsafe_attempts(report: Report) -> None:
@@ -178,50 +179,72 @@ def test_gpu_hours_per_team_and_cost_center(report: Report) -> None:
 
 
 def test_control_statuses_and_reasons(report: Report) -> None:
-    # warn-mode runAsNonRoot admitted vision-2
+    # runAsNonRoot was in warn mode under the revision in force, and it admitted vision-2
     cc68 = control(report, "SOC2-CC6.8")
     assert cc68["status"] == "attention"
     assert cc68["reasons"] == [
-        "violations admitted without enforcement (warn/audit mode): MPG-SEC-RUNASNONROOT (1)"
+        "MPG-SEC-RUNASNONROOT: warn under revision(s) 9fb03e4c1d2a",
+        "findings admitted without enforcement (warn/audit mode): MPG-SEC-RUNASNONROOT (1)",
     ]
-    assert cc68["evidence"] == {"validate": 10, "mutate": 1}
+    # the mutate record is the same request as its validate record: shown, not added
+    assert cc68["evidence"] == {"validate": 10, "mutate": 1, "k8s-workload": 0}
+    assert cc68["evidenceTotal"] == 10
     # MPG-SEC-PRIVILEGED denied; MPG-IMG-002 maps to CC8.1, not CC6.8
     assert cc68["violations"] == {"denied": 1, "warned": 1, "audited": 0, "waived": 1}
     # the expired exception waived MPG-LIFE-002
     assert control(report, "SOC2-CC2.1")["reasons"] == [
-        "waived by an exception after it had expired: MPG-LIFE-002 (1)"
+        "waived by an exception after it had expired: MPG-LIFE-002 (1 finding(s))"
     ]
     # placement outside the region
     art44 = control(report, "GDPR-Art44")
     assert art44["status"] == "attention"
     assert art44["reasons"] == ["1 pod placement(s) outside the team's region"]
     assert art44["evidence"] == {"validate": 10, "evidence": 3}
-    # nothing wrong: met, and the rule list comes from rules.yaml
+    # nothing wrong, every source read: met, with the population and the modes shown
+    cc66 = control(report, "SOC2-CC6.6")
+    assert (cc66["status"], cc66["reasons"], cc66["notEvaluated"]) == ("met", [], [])
+    assert cc66["population"]["validate"] == {"count": 10, "unit": "requests"}
+    assert {m["rule"]: m["byRevision"] for m in cc66["modes"]}["MPG-NET-001"] == {"9fb03e4c1d2a": "enforce"}
+    # without the API server's log, the controls that rest on it are not evaluated
     cc61 = control(report, "SOC2-CC6.1")
-    assert cc61["status"] == "met"
-    assert cc61["reasons"] == []
-    assert "MPG-Q001" in cc61["rules"]
-    assert cc61["notes"] == ["no API-server audit log was given (--k8s-audit): its evidence is missing"]
+    assert cc61["status"] == "not evaluated"
+    assert cc61["notEvaluated"] == ["no API-server audit log was given (--k8s-audit)"]
+    assert "MPG-Q001" not in cc61["rules"]
     audit_controls = control(report, "HIPAA-164.312(b)")
-    assert audit_controls["status"] == "met"
-    # checkpoints: three genesis, three at shutdown, two where a chain rotated after 24 h (webhook-1,
-    # controller-0)
-    assert audit_controls["evidence"] == {"validate": 10, "lifecycle": 4, "checkpoint": 8, "k8s-activity": 0}
-    assert report["controlSummary"] == {"met": 17, "attention": 8, "no evidence": 0}
+    assert audit_controls["status"] == "not evaluated"
+    # checkpoints: three genesis, three at shutdown, two where a chain rotated after 24 h
+    # (webhook-1, controller-0)
+    assert audit_controls["evidence"] == {
+        "chain": 31,
+        "validate": 10,
+        "lifecycle": 4,
+        "checkpoint": 8,
+        "k8s-activity": 0,
+    }
+    # the trail's own protection needs no API server: met
+    assert control(report, "PCI-DSS-10.3.2")["status"] == "met"
+    assert control(report, "SOC2-CC8.1")["population"]["config"] == {"count": 1, "unit": "revisions"}
+    assert report["controlSummary"] == {
+        "met": 10,
+        "attention": 9,
+        "not evaluated": 14,
+        "no occasion": 0,
+        "not applicable": 0,
+    }
 
 
-def test_unverified_signatures_need_attention(make_report: Callable[..., Report]) -> None:
+def test_unverified_signatures_are_not_evaluated(make_report: Callable[..., Report]) -> None:
     report = make_report(keys=None, frameworks=("pci",))
     assert [f["framework"] for f in report["controls"]] == ["pci"]
     assert report["integrity"]["ok"] is True  # warnings only
     assert report["integrity"]["status"]["counts"]["unverifiable"] == 3  # but nothing authenticated
-    logs = control(report, "PCI-DSS-10.2.1")
-    assert logs["status"] == "attention"
-    assert logs["reasons"] == [
-        "checkpoint signatures not verified for chain(s) controller-0, webhook-0, webhook-1 "
+    protected = control(report, "PCI-DSS-10.3.2")
+    assert protected["status"] == "not evaluated"
+    assert protected["notEvaluated"] == [
+        "checkpoint signatures of chain(s) controller-0, webhook-0, webhook-1 not checked "
         "(pass --key or --public-key)"
     ]
-    assert control(report, "PCI-DSS-7.2.1")["status"] == "met"  # no checkpoint evidence involved
+    assert control(report, "PCI-DSS-7.2.5")["status"] == "met"  # no checkpoint evidence involved
 
 
 def test_period_filter(make_report: Callable[..., Report]) -> None:
@@ -231,14 +254,17 @@ def test_period_filter(make_report: Callable[..., Report]) -> None:
     assert report["denials"]["topReasons"] == []
     # llm-ft-1 finished on the 21st (2 GPU-hours); vision-2 finished on the 22nd: outside
     assert report["chargeback"]["gpuHours"] == 2.0
-    assert report["integrity"]["records"] == 29  # verification still covers every record
+    assert report["integrity"]["records"] == 31  # verification still covers every record
 
 
-def test_period_without_any_record_has_no_evidence(make_report: Callable[..., Report]) -> None:
+def test_period_without_any_record_is_a_gap(make_report: Callable[..., Report]) -> None:
     report = make_report(since="2027-01-01T00:00:00.000Z", until="2027-01-03T00:00:00.000Z")
     assert report["period"]["days"] == 2
     assert report["totals"]["recordsInPeriod"] == 0
-    assert report["controlSummary"] == {"met": 0, "attention": 0, "no evidence": 25}
+    # no record for two days, longer than the heartbeat: no control can be met
+    summary = report["controlSummary"]
+    assert summary["met"] == summary["no occasion"] == 0
+    assert report["completeness"]["coverage"] == 0.0
     assert {d["total"] for d in report["decisions"]["byDay"]} == {0}
 
 

@@ -16,6 +16,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
+from mpigate.config import Config
 from mpigate.policy.decision import AdmissionInput, Decision
 
 from .review import Stage
@@ -56,6 +57,11 @@ class DecisionRecorder(Protocol):
         self, decision: Decision, request: AdmissionInput, stage: Stage
     ) -> RecordPosition | None: ...
 
+    async def record_config(self, config: Config) -> None:
+        """Record that ``config`` is now served (at start and after every reload), so that a
+        report knows what each revision enforced."""
+        ...
+
     async def close(self) -> None: ...
 
     @property
@@ -72,6 +78,9 @@ class NullRecorder:
     async def record(
         self, decision: Decision, request: AdmissionInput, stage: Stage
     ) -> RecordPosition | None:
+        return None
+
+    async def record_config(self, config: Config) -> None:
         return None
 
     async def close(self) -> None:
@@ -93,6 +102,7 @@ class MemoryRecorder:
     def __init__(self) -> None:
         self._records: list[RecordedDecision] = []
         self._lock = asyncio.Lock()
+        self.configs: list[str] = []  # revisions recorded as served, in order
 
     async def record(
         self, decision: Decision, request: AdmissionInput, stage: Stage
@@ -100,6 +110,9 @@ class MemoryRecorder:
         async with self._lock:
             self._records.append(RecordedDecision(decision, request, stage))
         return None
+
+    async def record_config(self, config: Config) -> None:
+        self.configs.append(config.revision)
 
     async def close(self) -> None:
         return None

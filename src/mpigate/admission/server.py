@@ -254,6 +254,7 @@ class WebhookServer:
         """Load the config (serving not-ready if it is invalid), start live lookups, bind."""
         if await self.store.load_now() is not None:
             self._config_swapped()
+            await self._record_config()
         else:
             self.metrics.config_reload_failures.inc()
         if self.service.live is None and self.options.kube is not None:
@@ -307,11 +308,22 @@ class WebhookServer:
             self.metrics.config_reloads.inc()
             self.metrics.config_served(loaded.revision, loaded.loaded_at)
 
+    async def _record_config(self) -> None:
+        """Put the revision now served, and what it enforces, into the audit trail."""
+        loaded = self.store.current
+        if loaded is None:
+            return
+        try:
+            await self.service.recorder.record_config(loaded.config)
+        except Exception:  # the trail is unhealthy: decisions fail closed on their own record
+            log.exception("could not record config revision %s in the audit trail", loaded.revision)
+
     async def check_reload(self) -> None:
         """One poll of the config tree and the certificate files."""
         result = await self.store.poll()
         if result is True:
             self._config_swapped()
+            await self._record_config()
         elif result is False:
             self.metrics.config_reload_failures.inc()
         if self.tls is not None:

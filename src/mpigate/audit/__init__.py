@@ -27,7 +27,15 @@ from .errors import AuditClosedError, AuditError, AuditKeyError, AuditLockedErro
 from .metrics import AuditMetrics
 from .options import WriterOptions, WrittenRecord
 from .reader import AuditEntry, ChainReader, ChainReport, IntegrityProblem, read_chains, verify_chain
-from .records import REDACTED, evidence_record, lifecycle_record, record_from_decision, redact
+from .records import (
+    REDACTED,
+    config_record,
+    evidence_record,
+    lifecycle_record,
+    policy_summary,
+    record_from_decision,
+    redact,
+)
 from .signing import Ed25519Signer, HmacSigner, KeyRing, Signer, generate_key, load_signer
 from .writer import AuditLog
 
@@ -51,10 +59,12 @@ __all__ = [
     "Signer",
     "WriterOptions",
     "WrittenRecord",
+    "config_record",
     "evidence_record",
     "generate_key",
     "lifecycle_record",
     "load_signer",
+    "policy_summary",
     "read_chains",
     "record_from_decision",
     "redact",

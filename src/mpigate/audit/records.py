@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any, Literal
 
+from mpigate.catalogue import all_rules
+from mpigate.config.model import Config
 from mpigate.policy.decision import AdmissionInput, Decision
 from mpigate.trainjob.jsontypes import is_mapping
 
@@ -21,8 +23,10 @@ __all__ = [
     "CALLER_STAGES",
     "REDACTED",
     "STAGES",
+    "config_record",
     "evidence_record",
     "lifecycle_record",
+    "policy_summary",
     "record_from_decision",
     "redact",
     "secret_values",
@@ -395,3 +399,33 @@ def evidence_record(
     }
     result: dict[str, Any] = redact(entry)
     return result
+
+
+def policy_summary(config: Config) -> dict[str, Any]:
+    """What a config revision enforces, as a compliance report needs it: the Pod Security level
+    and version, whether literal credentials are refused, and the mode of every rule of the
+    catalogue (the most specific override resolved; advisory rules never deny)."""
+    org = config.org
+    enforcement = org.enforcement
+    return {
+        "podSecurity": {"level": org.security.level, "version": org.security.version},
+        "forbidPlaintextSecrets": org.security.forbid_plaintext_secrets,
+        "enforcement": {
+            "default": enforcement.default,
+            "modes": {rule_id: enforcement.mode_for(rule_id) for rule_id in sorted(all_rules())},
+        },
+    }
+
+
+def config_record(config: Config, source: str = "webhook") -> dict[str, Any]:
+    """An ``evidence`` entry of kind ``config``: the writer started serving ``config.revision``,
+    which enforces :func:`policy_summary`. The webhook appends one at start and at every reload,
+    so that a report knows the rule modes and Pod Security level of every revision in force
+    (the config at report time is not the config in force)."""
+    return {
+        "source": source,
+        "stage": "evidence",
+        "team": None,
+        "revision": config.revision,
+        "evidence": {"kind": "config", "details": policy_summary(config)},
+    }

@@ -122,7 +122,7 @@ def _echo_report(report: ChainReport) -> None:
 
 
 @audit_group.command("verify")
-@click.argument("directories", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.argument("directories", nargs=-1, type=click.Path(exists=True, file_okay=False))
 @_key_options
 @click.option(
     "--k8s-audit",
@@ -133,12 +133,21 @@ def _echo_report(report: ChainReport) -> None:
     "repeatable): every decision's chain position is in it, so removed newest records and deleted "
     "chains are found.",
 )
+@click.option(
+    "--report-manifest",
+    "manifests",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A report's signed manifest (<report>.manifest.json, written by `mpigate report --sign-key`): "
+    "check the report file's SHA-256, the signature, and the digests of the inputs still present.",
+)
 @OUTPUT_OPTION
 def verify_command(
     directories: tuple[str, ...],
     keys: tuple[str, ...],
     public_keys: tuple[str, ...],
     k8s_files: tuple[str, ...],
+    manifests: tuple[str, ...],
     output: str,
 ) -> None:
     """Check every chain under DIRECTORIES: hashes, links, sequence, segments, signatures.
@@ -152,15 +161,25 @@ def verify_command(
     broken. With --k8s-audit the API server's audit log witnesses the chains: a chain position it
     saw beyond a chain's end, a record that differs from the one it saw, or a chain it names without
     a directory is an error, and the records it saw count as verified. Exits 0 when every chain is
-    verified or pending, else 1 (2 when a --k8s-audit file cannot be read).
+    verified or pending, else 1 (2 when a --k8s-audit file cannot be read). With
+    --report-manifest, also checks that a compliance report is the file mpigate wrote and signed
+    (its SHA-256, the signature, the digests of its inputs still present; DIRECTORIES may then be
+    left out).
 
     \b
     Examples:
       mpigate audit verify /var/lib/mpigate/audit --public-key audit-key.pub
       mpigate audit verify archive/ live/ --public-key audit-key.pub --k8s-audit kube-audit.log.gz
+      mpigate audit verify --report-manifest november.html.manifest.json --public-key audit-key.pub
     """
+    keyring = _keyring(keys, public_keys)
+    if not directories and not manifests:
+        raise click.UsageError("name audit DIRECTORIES, or a report with --report-manifest")
+    manifests_ok = _verify_manifests(manifests, keyring) if manifests else True
+    if not directories:
+        sys.exit(0 if manifests_ok else 1)
     witness = _read_witness(k8s_files) if k8s_files else None
-    reading = read_chains(directories, _keyring(keys, public_keys))
+    reading = read_chains(directories, keyring)
     if not reading.readers:
         raise click.UsageError(
             f"no audit chains (directories with *.jsonl segments) under {', '.join(directories)}"
@@ -192,7 +211,7 @@ def verify_command(
     else:
         document = {"ok": trail.ok, "status": trail.to_dict(), "chains": [r.to_dict() for r in reports]}
         click.echo(dump(document, output), nl=False)
-    sys.exit(0 if trail.ok else 1)
+    sys.exit(0 if trail.ok and manifests_ok else 1)
 
 
 def _read_witness(files: tuple[str, ...]) -> Witness:
@@ -206,6 +225,30 @@ def _read_witness(files: tuple[str, ...]) -> Witness:
             raise click.BadParameter(f"{name}: {reader.stats.unreadable}", param_hint="--k8s-audit")
         witness.merge(reader.witness)
     return witness
+
+
+def _verify_manifests(manifests: tuple[str, ...], keyring: KeyRing) -> bool:
+    """Check each report manifest (report digest, signature, inputs); print the verdicts."""
+    from mpigate.report.manifest import verify_manifest
+
+    ok = True
+    for path in manifests:
+        manifest, errors, warnings = verify_manifest(path, keyring, check_inputs=True)
+        report = manifest.get("report", {}) if manifest else {}
+        label = f"report {report.get('file', '?')} ({manifest.get('reportId', '?') if manifest else '?'})"
+        if errors:
+            ok = False
+            click.secho(f"{label}: {len(errors)} PROBLEM(S)", fg="red", err=True)
+        else:
+            inputs = len(manifest.get("inputs", []))
+            click.echo(
+                f"{label}: OK — its SHA-256 and {inputs} input digest(s) match the signed manifest", err=True
+            )
+        for problem in errors:
+            click.secho(f"  error: {problem}", fg="red", err=True)
+        for warning in warnings:
+            click.secho(f"  warning: {warning}", fg="yellow", err=True)
+    return ok
 
 
 def _bound(value: str | None, option: str) -> str | None:

@@ -47,11 +47,12 @@ from mpigate.audit import (
     AuditKeyError,
     AuditMetrics,
     WriterOptions,
+    config_record,
     load_signer,
     record_from_decision,
 )
 from mpigate.audit.signing import ED25519, key_method
-from mpigate.config import ConfigError, Document, Location, Problem, Severity, load, parse_quantity
+from mpigate.config import Config, ConfigError, Document, Location, Problem, Severity, load, parse_quantity
 from mpigate.config.model import AuditSettings
 from mpigate.policy.decision import AdmissionInput, Decision, UserInfo
 
@@ -110,6 +111,9 @@ class AuditRecorder:
     async def record(self, decision: Decision, request: AdmissionInput, stage: Stage) -> RecordPosition:
         written = await self.log.append(record_from_decision(decision, request, stage, self.source))
         return RecordPosition(written.chain, written.seq, written.hash)
+
+    async def record_config(self, config: Config) -> None:
+        await self.log.append(config_record(config, self.source))
 
     @property
     def healthy(self) -> bool:

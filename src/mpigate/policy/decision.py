@@ -154,6 +154,8 @@ class JobDemand:
     cpu_per_pod: str | None
     memory_per_pod: str | None
     slots_per_pod: int | None = None
+    # the images of the job's pods as admitted (after mpigate's patch): the report's inventory
+    images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +189,7 @@ class Demand:
                     "cpuPerPod": j.cpu_per_pod,
                     "memoryPerPod": j.memory_per_pod,
                     "slotsPerPod": j.slots_per_pod,
+                    "images": list(j.images),
                 }
                 for j in self.jobs
             ],

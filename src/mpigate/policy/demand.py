@@ -8,7 +8,7 @@ from typing import Final
 
 from mpigate.config import Config
 from mpigate.trainjob import Resolution, format_quantity, pod_resources
-from mpigate.trainjob.resolve import LAUNCHER, NODE
+from mpigate.trainjob.resolve import LAUNCHER, NODE, EffectiveJob
 
 from .decision import Demand, JobDemand
 
@@ -52,6 +52,14 @@ def _plus(a: Fraction, b: Fraction) -> Fraction:
 _ZERO: Final = Fraction(0)
 
 
+def _images(job: EffectiveJob) -> tuple[str, ...]:
+    """The images of a job's containers (init, regular, ephemeral), sorted, without repeats."""
+    found = {
+        image for _, _, container in job.containers() if isinstance(image := container.get("image"), str)
+    }
+    return tuple(sorted(found))
+
+
 def build_demand(resolution: Resolution, known_gpus: Collection[str], region: str | None) -> Demand:
     """Pods, GPUs (by resource), CPU and memory per replicated job and in total."""
     jobs: list[JobDemand] = []
@@ -87,6 +95,7 @@ def build_demand(resolution: Resolution, known_gpus: Collection[str], region: st
                 cpu_per_pod=format_quantity(cpu, "cpu"),
                 memory_per_pod=format_quantity(mem, "memory"),
                 slots_per_pod=resolution.slots if hosts_ranks else None,
+                images=_images(job),
             )
         )
     return Demand(

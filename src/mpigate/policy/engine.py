@@ -422,6 +422,7 @@ def _demand(ctx: JobContext) -> Demand | None:
                 gpus,
                 format_quantity(cpu, "cpu"),
                 format_quantity(mem, "memory"),
+                images=(image,) if isinstance(image := ctx.trainer.get("image"), str) else (),
             ),
         ),
         region=region,

@@ -50,11 +50,30 @@ class Activity:
         result: str,
         decision: str,
         code: int | None,
+        ref: Any = None,
+        uid: Any = None,
     ) -> None:
+        """One request; ``ref`` is where it is recorded (chain, seq, hash of an mpigate record, or
+        the API-server log's file:line), ``uid`` the request's UID (admission) or audit ID."""
         self.actors.add((source, actor, kind, via, verb, obj_kind, result))
         self.objects.add((namespace, obj_kind, name))
         self.events.append(
-            (source, time, actor, kind, via, verb, obj_kind, namespace, name, result, decision, code)
+            (
+                source,
+                time,
+                actor,
+                kind,
+                via,
+                verb,
+                obj_kind,
+                namespace,
+                name,
+                result,
+                decision,
+                code,
+                ref,
+                uid,
+            )
         )
 
     def merge(self, other: Activity) -> None:
@@ -110,6 +129,8 @@ class Activity:
                 "result": e[9],
                 "mpigateDecision": e[10] or None,
                 "code": e[11],
+                "ref": _ref(e[12]),
+                "requestUID": e[13] or None,
             }
             for e in most_recent(list(self.events), self.max_events)
         ]
@@ -120,3 +141,9 @@ class Activity:
             "recentEvents": events,
             "apiServer": api_server,
         }
+
+
+def _ref(ref: Any) -> str | None:
+    if isinstance(ref, tuple):
+        return f"{ref[0]}:{ref[1]}:{ref[2]}"
+    return str(ref) if ref else None

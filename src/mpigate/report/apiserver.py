@@ -49,8 +49,9 @@ class ApiServerEvents:
                     event.resource,
                     namespace,
                     name,
-                    event.authorization_reason,
+                    event.authorization_reason or event.reason,
                     f"{event.file}:{event.line}",
+                    event.audit_id,
                 )
             )
         if not event.is_trainer_write:
@@ -81,6 +82,8 @@ class ApiServerEvents:
             result,
             decision or "",
             event.code,
+            f"{event.file}:{event.line}",
+            event.audit_id,
         )
         if (
             event.succeeded
@@ -90,7 +93,19 @@ class ApiServerEvents:
         ):
             self.unjudged += 1
             self.unjudged_examples.append(
-                (time, actor, kind, via, event.verb, obj_kind, namespace, name, f"{event.file}:{event.line}")
+                (
+                    time,
+                    actor,
+                    kind,
+                    via,
+                    event.verb,
+                    obj_kind,
+                    namespace,
+                    name,
+                    f"{event.file}:{event.line}",
+                    event.audit_id,
+                    event.source_ip,
+                )
             )
 
     def merge(self, other: ApiServerEvents) -> None:
@@ -124,6 +139,8 @@ class ApiServerEvents:
                     "namespace": e[6] or None,
                     "name": e[7] or None,
                     "source": e[8],
+                    "auditID": e[9] or None,
+                    "sourceIP": e[10] or None,
                 }
                 for e in reversed(self.unjudged_examples)
             ],
@@ -158,6 +175,7 @@ class ApiServerEvents:
                     "name": e[7] or None,
                     "reason": e[8],
                     "source": e[9],
+                    "auditID": e[10] or None,
                 }
                 for e in reversed(self.rbac_examples)
             ],

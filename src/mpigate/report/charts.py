@@ -40,7 +40,9 @@ PALETTE: Mapping[str, str] = MappingProxyType(
         "bar": "#0969da",
         "attention": "#9a6700",
         "met": "#1a7f37",
-        "no evidence": "#57606a",
+        "not evaluated": "#6639ba",
+        "no occasion": "#57606a",
+        "not applicable": "#57606a",
     }
 )
 

@@ -1,4 +1,4 @@
-"""Control catalogues: SOC 2, HIPAA Security Rule, GDPR and PCI DSS v4 as data.
+"""Control catalogues: SOC 2, HIPAA Security Rule, GDPR and PCI DSS v4.0.1 as data.
 
 Each framework is a YAML file in ``controls/`` (``soc2.yaml``, ``hipaa.yaml``, ``gdpr.yaml``,
 ``pci-dss.yaml``). A control names the *record kinds* that evidence it; the *rules* that evidence
@@ -33,13 +33,26 @@ __all__ = [
 # The evidence a control may name (docs/compliance.md describes each).
 RECORD_KINDS: Mapping[str, str] = MappingProxyType(
     {
-        "validate": "admission decisions (mpigate validate records) on objects the control's rules judge",
-        "mutate": "defaults and hardening the mutating webhook applied (mpigate mutate records)",
+        "validate": "admission decisions (mpigate validate records) on objects the control's rules judge; "
+        "one per request",
+        "mutate": "defaults and hardening the mutating webhook applied (mutate records; the same "
+        "requests as their validate records, so shown but not added to the population)",
         "lifecycle": "job lifecycle records (admitted, started, suspended, succeeded, failed, deleted)",
         "evidence": "placement evidence (pod, node, region) written by the controller",
-        "checkpoint": "signed checkpoints that certify the audit chain",
+        "checkpoint": "signed checkpoints that certify the audit chain (tested with --key/--public-key)",
+        "chain": "every record of every chain, verified (hashes, links, sequence, segments) while read",
+        "config": "the config revisions in force during the period (the webhook's config records)",
+        "images": "the images of admitted requests (demand.jobs[].images of validate records): the inventory",
         "k8s-activity": "API-server audit events: writes of TrainJobs and training runtimes",
-        "k8s-rbac-denied": "API-server audit events: requests RBAC refused (403, authorization forbid)",
+        "k8s-rbac-denied": "API-server audit events: requests the authorizer refused (403, "
+        "authorization forbid)",
+        "k8s-workload": "API-server audit events: pods and workloads created or replaced in team "
+        "namespaces, judged against the Pod Security level in force",
+        "k8s-exec": "API-server audit events: exec, attach and port-forward into pods",
+        "k8s-rbac-write": "API-server audit events: writes of RBAC roles and bindings",
+        "k8s-secret": "API-server audit events: access to Secrets",
+        "k8s-anonymous": "API-server audit events: writes by unauthenticated clients",
+        "k8s-impersonation": "API-server audit events: requests made as another identity",
     }
 )
 

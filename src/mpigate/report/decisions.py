@@ -45,8 +45,10 @@ class _ExceptionUse:
 
 
 def _example(sample: tuple[Any, ...]) -> dict[str, Any]:
-    time, team, kind, namespace, name, user, rule, effect, message, operation = sample
+    time, team, kind, namespace, name, user, rule, effect, message, operation, ref, uid = sample
     return {
+        "record": f"{ref[0]}:{ref[1]}:{ref[2]}",
+        "requestUID": uid or None,
         "time": time,
         "team": team,
         "kind": kind,
@@ -91,10 +93,10 @@ class Decisions:
             self.mutations_patched += 1
 
     def add_validate(
-        self, record: Mapping[str, Any], time: str, team: str
+        self, record: Mapping[str, Any], time: str, team: str, ref: tuple[str, int, str]
     ) -> tuple[str, str, str, str, str, str, Any]:
-        """Count one validate record; returns (outcome, kind, namespace, name, operation, user,
-        demand) for the parts of the report that need them."""
+        """Count one validate record (``ref``: its chain, seq and hash); returns (outcome, kind,
+        namespace, name, operation, user, demand) for the parts of the report that need them."""
         day = time[:10]
         outcome = record.get("decision")
         if type(outcome) is not str:
@@ -149,6 +151,8 @@ class Decisions:
                         effect,
                         text(violation.get("message")),
                         operation,
+                        ref,
+                        request.get("uid"),
                     )
                     if effect == "denied":
                         self.denial_examples.add(rule, sample)
@@ -163,6 +167,16 @@ class Decisions:
         if exceptions:
             self._exceptions(exceptions, violations or (), time, team)
         return outcome, kind, namespace, name, operation, user, record.get("demand")
+
+    @property
+    def requests(self) -> int:
+        """Validate records in the period: one per request judged."""
+        return sum(self.decision_counts.values())
+
+    @property
+    def findings(self) -> int:
+        """Violations (rule findings) in the period: a request can have several."""
+        return sum(self.effects.values())
 
     def _effect(self, violation: dict[str, Any], rule: str) -> str:
         if violation.get("waivedBy"):

@@ -34,11 +34,33 @@ class ReportOptions:
     max_events: int = 200
     max_keys: int = 10_000
     generated: str | None = None
+    # what the --config tree enforces (for its revision only; records name the revisions in force)
+    config_policy: Mapping[str, object] | None = None
+    # completeness: the longest silence of a writer that is not a gap (seconds), and the chains
+    # expected (chain ids, or SOURCE=N: at least N chains written by that source)
+    heartbeat: float = 24 * 3600.0
+    expect_chains: tuple[str, ...] = ()
+    # --sample N --seed S: a reproducible random sample of the period's decisions
+    sample: int = 0
+    seed: int = 0
+    # control full ID -> why it does not apply to this system (--not-applicable)
+    not_applicable: Mapping[str, str] = field(default_factory=dict)
+    # set by build_report when API-server logs are given: keep the chains' side of the
+    # reconciliation (one small bucket per 64 admission records)
+    reconcile: bool = False
+    # set by build_report for the API-server logs, from what the chains say: the Pod Security
+    # level in force over time, as (time, level, version, revision)
+    pss_timeline: tuple[tuple[str, str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         # Plain dicts: options travel to worker processes, and read-only proxies do not pickle.
         object.__setattr__(self, "namespace_teams", dict(self.namespace_teams))
         object.__setattr__(self, "team_regions", {k: tuple(v) for k, v in self.team_regions.items()})
+        object.__setattr__(self, "not_applicable", dict(self.not_applicable))
+        if self.config_policy is not None:
+            object.__setattr__(self, "config_policy", dict(self.config_policy))
+        if self.heartbeat <= 0:
+            raise ValueError("the heartbeat must be a positive number of seconds")
         # Bounds compare as strings with record times: bring any RFC 3339 time or date to that form.
         for name in ("since", "until"):
             value = getattr(self, name)

@@ -55,8 +55,8 @@ class Residency:
         if region not in regions and len(regions) < 64:
             regions.add(region)
 
-    def add(self, record: Mapping[str, Any], time: str, team: str) -> None:
-        """One evidence record of the period."""
+    def add(self, record: Mapping[str, Any], time: str, team: str, ref: tuple[str, int, str]) -> None:
+        """One evidence record of the period (``ref``: its chain, seq and hash)."""
         evidence = record.get("evidence")
         if type(evidence) is not dict:
             return
@@ -102,6 +102,7 @@ class Residency:
                 evidence.get("node"),
                 region,
                 verdict,
+                ref,
             ),
         )
 
@@ -184,6 +185,7 @@ class Residency:
                     "node": text(e[5]) or None,
                     "region": e[6],
                     "allowedRegions": sorted(self.allowed_regions(e[1]) or ()),
+                    "record": f"{e[8][0]}:{e[8][1]}:{e[8][2]}",
                 }
                 for e in examples[:max_events]
             ],
