@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpigate.audit import AuditLog, Signer, WriterOptions, evidence_record, lifecycle_record
+from mpigate.audit import AuditLog, Signer, WriterOptions, config_record, evidence_record, lifecycle_record
 from mpigate.policy.decision import AppliedException, UserInfo
 
-from .scenario import decision_record, violation
+from .scenario import decision_record, scenario_config, violation
 
 START = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
 
@@ -188,15 +188,17 @@ class _Timeline:
             root, chain=chain, source=source, signer=signer, clock=lambda: self.now, options=WriterOptions()
         )
         self.batch = batch
-        self.heap: list[tuple[dt.datetime, int, dict[str, Any]]] = []
+        self.heap: list[tuple[dt.datetime, int, dict[str, Any], int | None]] = []
         self.counter = 0
+        self.positions: dict[int, str] = {}  # token -> "<chain>:<seq>:<hash>" once written
 
-    def add(self, when: dt.datetime, entry: dict[str, Any]) -> None:
-        heapq.heappush(self.heap, (when, self.counter, entry))
+    def add(self, when: dt.datetime, entry: dict[str, Any], token: int | None = None) -> None:
+        """Queue an entry; with a ``token``, remember where it was written (``positions``)."""
+        heapq.heappush(self.heap, (when, self.counter, entry, token))
         self.counter += 1
 
     def advance(self, until: dt.datetime | None) -> None:
-        ready: list[tuple[dt.datetime, int, dict[str, Any]]] = []
+        ready: list[tuple[dt.datetime, int, dict[str, Any], int | None]] = []
         while self.heap and (until is None or self.heap[0][0] <= until):
             ready.append(heapq.heappop(self.heap))
             if len(ready) >= self.batch:
@@ -204,18 +206,22 @@ class _Timeline:
                 ready = []
         self._write(ready)
 
-    def _write(self, items: list[tuple[dt.datetime, int, dict[str, Any]]]) -> None:
+    def _write(self, items: list[tuple[dt.datetime, int, dict[str, Any], int | None]]) -> None:
         if not items:
             return
         if self.batch == 1:
-            for when, _, entry in items:
+            for when, _, entry, token in items:
                 self.now = max(self.now, when)
-                self.log.append(entry)
+                self._remember(token, self.log.append(entry))
             return
         self.now = max(self.now, items[-1][0])
-        futures = [self.log.submit(entry) for _, _, entry in items]
-        for future in futures:
-            future.result()
+        futures = [(self.log.submit(entry), token) for _, _, entry, token in items]
+        for future, token in futures:
+            self._remember(token, future.result())
+
+    def _remember(self, token: int | None, written: Any) -> None:
+        if token is not None:
+            self.positions[token] = f"{written.chain}:{written.seq}:{written.hash}"
 
     def close(self) -> None:
         self.advance(None)
@@ -234,7 +240,9 @@ def write_sample(
 ) -> tuple[Path, Path]:
     """Write chains under ``root/audit`` (two webhook replicas and a controller) and the API
     server's log to ``root/kube-apiserver-audit.log``. About 8 records per job. ``batch`` > 1
-    trades exact record times for speed (records of a batch share the last one's time)."""
+    trades exact record times for speed (records of a batch share the last one's time). Each
+    webhook records the config revision it serves first; the API server's events carry the chain
+    positions of the webhooks' records (``<webhook>/record``), as the webhooks annotate them."""
     audit = root / "audit"
     rng = random.Random(seed + 1)
     webhooks = [_Timeline(audit, f"mpigate-webhook-{i}", signer, "webhook", batch) for i in (0, 1)]
@@ -242,83 +250,163 @@ def write_sample(
     k8s_path = root / "kube-apiserver-audit.log"
     pool: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, Any]]] = {}
     lifecycle_pool: dict[tuple[str, str], dict[str, Any]] = {}
-    with k8s_path.open("w", encoding="utf-8") as k8s_log:
-        for job in jobs(jobs_count, days, seed):
-            key = (job.team.name, job.user, job.outcome, job.rule, job.excepted, job.gpus)
-            if key not in pool:
-                pool[key] = _admission(job)
-            mutate_t, validate_t = pool[key]
-            chain = webhooks[job.index % 2]
-            mutate = {**mutate_t, "object": {**mutate_t["object"], "name": job.name}}
-            validate = {**validate_t, "object": {**validate_t["object"], "name": job.name}}
-            chain.add(job.time, mutate)
-            chain.add(job.time + dt.timedelta(milliseconds=5), validate)
+    config = config_record(scenario_config())
+    for webhook in webhooks:
+        webhook.add(START, config)
+    # (job, verb, time, chain, mutate token, validate token): the API server's events, written
+    # once their records are (they carry the records' chain positions)
+    requests: list[tuple[Job, str, dt.datetime, _Timeline, int | None, int]] = []
+    token = 0
+    for job in jobs(jobs_count, days, seed):
+        key = (job.team.name, job.user, job.outcome, job.rule, job.excepted, job.gpus)
+        if key not in pool:
+            pool[key] = _admission(job)
+        mutate_t, validate_t = pool[key]
+        chain = webhooks[job.index % 2]
+        mutate = {**mutate_t, "object": {**mutate_t["object"], "name": job.name}}
+        validate = {**validate_t, "object": {**validate_t["object"], "name": job.name}}
+        chain.add(job.time, mutate, token)
+        chain.add(job.time + dt.timedelta(milliseconds=5), validate, token + 1)
+        if k8s:
+            requests.append((job, "create", job.time, chain, token, token + 1))
+        token += 2
+        if job.outcome == "denied":
+            chain.advance(job.time)
+            continue
+        started = job.time + dt.timedelta(minutes=rng.uniform(1, 30))
+        finished = started + dt.timedelta(hours=job.hours)
+        gpu_seconds = round(job.gpus * job.hours * 3600, 1)
+        ident = {
+            "namespace": job.team.name,
+            "name": job.name,
+            "team": job.team.name,
+            "uid": f"uid-{job.index}",
+            "gpus": job.gpus,
+        }
+        labels = {"mpigate.io/cost-center": job.team.cost_center} if job.team.cost_center else None
+        ckey = (job.team.name, str(job.gpus))
+        if ckey not in lifecycle_pool:
+            lifecycle_pool[ckey] = lifecycle_record("started", labels=labels, **ident)  # type: ignore[arg-type]
+        base = lifecycle_pool[ckey]
+        obj = {**base["object"], "name": job.name}
+
+        uid = f"uid-{job.index}"
+
+        def life(
+            event: str,
+            seconds: float,
+            base: dict[str, Any] = base,
+            obj: dict[str, Any] = obj,
+            uid: str = uid,
+        ) -> dict[str, Any]:
+            lifecycle = {**base["lifecycle"], "event": event, "gpuSeconds": seconds, "uid": uid}
+            return {**base, "object": obj, "lifecycle": lifecycle}
+
+        # as the controller writes them: succeeded closes the run segment with its GPU-seconds,
+        # the deletion after it closes nothing
+        controller.add(started, life("started", None))
+        for placement in _placements(job, rng):
+            controller.add(started, placement)
+        controller.add(finished, life("succeeded", gpu_seconds))
+        if job.deleted:
+            deleted = finished + dt.timedelta(minutes=rng.uniform(5, 120))
+            controller.add(deleted, life("deleted", 0.0))
+            chain.add(
+                deleted,
+                {
+                    **validate_t,
+                    "request": {**validate_t["request"], "operation": "DELETE"},
+                    "object": {**validate_t["object"], "name": job.name},
+                    "violations": [],
+                    "decision": "allowed",
+                    "exceptions": [],
+                    "message": "",
+                    "demand": None,
+                },
+                token,
+            )
             if k8s:
-                k8s_log.write(json.dumps(_api_event(job, "create", job.time)) + "\n")
-            if job.outcome == "denied":
-                chain.advance(job.time)
-                continue
-            started = job.time + dt.timedelta(minutes=rng.uniform(1, 30))
-            finished = started + dt.timedelta(hours=job.hours)
-            gpu_seconds = round(job.gpus * job.hours * 3600, 1)
-            ident = {
-                "namespace": job.team.name,
-                "name": job.name,
-                "team": job.team.name,
-                "uid": f"uid-{job.index}",
-                "gpus": job.gpus,
-            }
-            labels = {"mpigate.io/cost-center": job.team.cost_center} if job.team.cost_center else None
-            ckey = (job.team.name, str(job.gpus))
-            if ckey not in lifecycle_pool:
-                lifecycle_pool[ckey] = lifecycle_record("started", labels=labels, **ident)  # type: ignore[arg-type]
-            base = lifecycle_pool[ckey]
-            obj = {**base["object"], "name": job.name}
-
-            uid = f"uid-{job.index}"
-
-            def life(
-                event: str,
-                seconds: float,
-                base: dict[str, Any] = base,
-                obj: dict[str, Any] = obj,
-                uid: str = uid,
-            ) -> dict[str, Any]:
-                lifecycle = {**base["lifecycle"], "event": event, "gpuSeconds": seconds, "uid": uid}
-                return {**base, "object": obj, "lifecycle": lifecycle}
-
-            # as the controller writes them: succeeded closes the run segment with its GPU-seconds,
-            # the deletion after it closes nothing
-            controller.add(started, life("started", None))
-            for placement in _placements(job, rng):
-                controller.add(started, placement)
-            controller.add(finished, life("succeeded", gpu_seconds))
-            if job.deleted:
-                deleted = finished + dt.timedelta(minutes=rng.uniform(5, 120))
-                controller.add(deleted, life("deleted", 0.0))
-                chain.add(
-                    deleted,
-                    {
-                        **validate_t,
-                        "request": {**validate_t["request"], "operation": "DELETE"},
-                        "object": {**validate_t["object"], "name": job.name},
-                        "violations": [],
-                        "decision": "allowed",
-                        "exceptions": [],
-                        "message": "",
-                        "demand": None,
-                    },
-                )
-                if k8s:
-                    k8s_log.write(json.dumps(_api_event(job, "delete", deleted)) + "\n")
-            for timeline in (*webhooks, controller):
-                timeline.advance(job.time)
+                requests.append((job, "delete", deleted, chain, None, token))
+            token += 1
+        for timeline in (*webhooks, controller):
+            timeline.advance(job.time)
     for timeline in (*webhooks, controller):
         timeline.close()
+    events: list[tuple[dt.datetime, dict[str, Any]]] = []
+    for job, verb, when, chain, mutated, validated in requests:
+        positions = {"validate": chain.positions[validated]}
+        if mutated is not None:
+            positions["mutate"] = chain.positions[mutated]
+        events.append((when, _api_event(job, verb, when, positions)))
+        if verb == "create":
+            events.extend(_other_events(job))
+    if k8s:
+        with k8s_path.open("w", encoding="utf-8") as k8s_log:
+            for _, event in sorted(events, key=lambda e: e[0]):
+                k8s_log.write(json.dumps(event) + "\n")
     return audit, k8s_path
 
 
-def _api_event(job: Job, verb: str, when: dt.datetime) -> dict[str, Any]:
+def _other_events(job: Job) -> list[tuple[dt.datetime, dict[str, Any]]]:
+    """A few of the events outside mpigate's judgement that a cluster's log holds: someone execs
+    into a training pod, reads a secret the authorizer refuses, creates a privileged debug pod."""
+    out: list[tuple[dt.datetime, dict[str, Any]]] = []
+    pod = f"{job.name}-node-0-0"
+    if job.index % 97 == 0:
+        when = job.time + dt.timedelta(minutes=10)
+        event = _base_event(job, "create", when, {"resource": "pods", "subresource": "exec", "name": pod}, 2)
+        event["stage"] = "ResponseStarted"
+        event["responseStatus"] = {"metadata": {}, "code": 101}
+        out.append((when, event))
+    if job.index % 131 == 0:
+        when = job.time + dt.timedelta(minutes=3)
+        event = _base_event(job, "list", when, {"resource": "secrets"}, 3)
+        event["responseStatus"] = {
+            "metadata": {},
+            "code": 403,
+            "message": f'secrets is forbidden: User "{job.user}" cannot list resource "secrets"',
+        }
+        event["annotations"] = {"authorization.k8s.io/decision": "forbid", "authorization.k8s.io/reason": ""}
+        out.append((when, event))
+    if job.index % 173 == 0:
+        when = job.time + dt.timedelta(minutes=20)
+        event = _base_event(job, "create", when, {"resource": "pods", "name": f"{job.name}-debug"}, 4)
+        event["level"] = "Request"
+        event["requestObject"] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{job.name}-debug"},
+            "spec": {
+                "containers": [
+                    {"name": "debug", "image": "busybox:1.36", "securityContext": {"privileged": True}}
+                ]
+            },
+        }
+        out.append((when, event))
+    return out
+
+
+def _base_event(job: Job, verb: str, when: dt.datetime, ref: dict[str, Any], serial: int) -> dict[str, Any]:
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "kind": "Event",
+        "apiVersion": "audit.k8s.io/v1",
+        "level": "Metadata",
+        "auditID": f"{job.index:08d}-0000-4000-8000-{serial:012d}",
+        "stage": "ResponseComplete",
+        "verb": verb,
+        "user": {"username": job.user, "groups": ["system:authenticated"]},
+        "sourceIPs": ["10.20.0.7"],
+        "userAgent": "kubectl/v1.33.1",
+        "objectRef": {"namespace": job.team.name, "apiVersion": "v1", **ref},
+        "responseStatus": {"metadata": {}, "code": 201},
+        "requestReceivedTimestamp": stamp,
+        "stageTimestamp": stamp,
+        "annotations": {"authorization.k8s.io/decision": "allow", "authorization.k8s.io/reason": ""},
+    }
+
+
+def _api_event(job: Job, verb: str, when: dt.datetime, positions: dict[str, str]) -> dict[str, Any]:
     denied = verb == "create" and job.outcome == "denied"
     decision = (
         {"denied": "denied", "warned": "allowed-with-warnings"}.get(job.outcome, "allowed")
@@ -348,5 +436,7 @@ def _api_event(job: Job, verb: str, when: dt.datetime) -> dict[str, Any]:
             "authorization.k8s.io/decision": "allow",
             "authorization.k8s.io/reason": "",
             "validate.team.mpigate.io/decision": decision,
+            "validate.team.mpigate.io/record": positions["validate"],
+            **({"mutate.trainjobs.mpigate.io/record": positions["mutate"]} if "mutate" in positions else {}),
         },
     }

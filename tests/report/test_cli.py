@@ -127,3 +127,51 @@ def test_a_team_without_decisions_is_pointed_out(trail: Path) -> None:
     assert code == 0, err
     assert "warning: no decision of team 'nlp-teem' in the period; check the name" in err
     assert json.loads(out)["totals"]["teams"] == []
+
+
+def test_completeness_and_scope_options(trail: Path, repo: Path, tmp_path: Path) -> None:
+    code, out, err = run(
+        "--audit", trail / "audit", "--key", trail / "key", "--format", "json",
+        "--install", repo / "webhooks", "--heartbeat", "30m", "--sample", "2", "--seed", "5",
+        "--not-applicable", "PCI-DSS-1.3.1=no cardholder data in the training cluster",
+    )  # fmt: skip
+    assert code == 0, err
+    report = json.loads(out)
+    # the install base runs 3 webhook replicas: 2 webhook chains are one short
+    assert {"source": "webhook", "expected": 3, "found": 2} in report["completeness"]["expectedChains"][
+        "bySource"
+    ]
+    assert report["completeness"]["heartbeatSeconds"] == 1800.0
+    assert len(report["sample"]["items"]) == 2
+    pci131 = next(c for f in report["controls"] for c in f["controls"] if c["fullId"] == "PCI-DSS-1.3.1")
+    assert (pci131["status"], pci131["notApplicable"]) == (
+        "not applicable",
+        "no cardholder data in the training cluster",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--not-applicable", "PCI-DSS-1.3.1"], "write CONTROL=WHY"),
+        (["--not-applicable", "SOC2-CC9.9=why"], "'SOC2-CC9.9' is not a control of the chosen frameworks"),
+        (["--expect-chains", "webhook=three"], "expected a chain id or SOURCE=N"),
+        (["--heartbeat", "soon"], "is not a duration"),
+    ],
+)
+def test_completeness_option_errors(trail: Path, args: list[str], message: str) -> None:
+    code, _, err = run("--audit", trail / "audit", *args)
+    assert code == 2
+    assert message in err
+
+
+def test_a_chain_given_twice_is_a_usage_error(trail: Path) -> None:
+    code, _, err = run("--audit", trail / "audit", "--audit", trail / "audit" / "webhook-1")
+    assert code == 2
+    assert "chain webhook-1 is given twice" in err
+
+
+def test_printable_paper_size(trail: Path, tmp_path: Path) -> None:
+    code, _, err = run("--audit", trail / "audit", "--paper", "letter", "-o", tmp_path / "r.html")
+    assert code == 0, err
+    assert "size: letter;" in (tmp_path / "r.html").read_text(encoding="utf-8")
