@@ -16,13 +16,13 @@ Report = dict[str, Any]
 
 @pytest.fixture(scope="module")
 def tampered(trail: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A copy of the scenario with big-job's denial edited into an allowance (line 6 of webhook-0)."""
+    """A copy of the scenario with big-job's denial edited into an allowance (line 7 of webhook-0)."""
     copy = tmp_path_factory.mktemp("tampered") / "audit"
     shutil.copytree(trail / "audit", copy)
     segment = copy / "webhook-0" / "00000000000000000001.jsonl"
     lines = segment.read_bytes().split(b"\n")
-    assert b'"name":"big-job"' in lines[5] and b'"decision":"denied"' in lines[5]
-    lines[5] = lines[5].replace(b'"decision":"denied"', b'"decision":"allowed"')
+    assert b'"name":"big-job"' in lines[6] and b'"decision":"denied"' in lines[6]
+    lines[6] = lines[6].replace(b'"decision":"denied"', b'"decision":"allowed"')
     segment.write_bytes(b"\n".join(lines))
     return copy, segment
 
@@ -42,8 +42,8 @@ def test_integrity_verdict_names_the_first_problem(broken: Report, tampered: tup
         "kind": "edited",
         "severity": "error",
         "file": str(segment),
-        "line": 6,
-        "message": "seq 6: the content does not match its hash (edited)",
+        "line": 7,
+        "message": "seq 7: the content does not match its hash (edited)",
     }
     assert integrity["recordsNotIntact"] == 1
     chains = {c["chain"]: c["ok"] for c in broken["inputs"]["chains"]}
@@ -68,7 +68,7 @@ def test_html_opens_with_a_banner(broken: Report, tampered: tuple[Path, Path]) -
     assert banner_at < html.index("<header>")
     banner = html[banner_at : html.index("</div></div>", banner_at)]
     assert "Audit trail integrity check failed." in banner
-    assert f"<code>{tampered[1]}:6</code>" in banner
+    assert f"<code>{tampered[1]}:7</code>" in banner
     assert "(edited, chain webhook-0)" in banner
 
 
@@ -76,14 +76,14 @@ def test_markdown_opens_with_the_failure(broken: Report, tampered: tuple[Path, P
     text = render(broken, "md")
     lines = text.splitlines()
     assert lines[2].startswith("> **Audit trail integrity check FAILED**: 1 of 3 chain(s) did not verify.")
-    assert f"`{tampered[1]}:6`" in lines[2]
+    assert f"`{tampered[1]}:7`" in lines[2]
 
 
 def test_csv_marks_the_broken_chain(broken: Report, tampered: tuple[Path, Path]) -> None:
     rows = [line for line in render(broken, "csv").splitlines() if line.startswith("integrity,")]
     webhook0 = [r for r in rows if ",webhook-0,records," in r]
     assert "broken" in webhook0[0]
-    assert f"{tampered[1]}:6 edited" in webhook0[0]
+    assert f"{tampered[1]}:7 edited" in webhook0[0]
 
 
 def test_a_cut_chain_is_reported(make_report: Callable[..., Report], trail: Path, tmp_path: Path) -> None:
@@ -94,5 +94,5 @@ def test_a_cut_chain_is_reported(make_report: Callable[..., Report], trail: Path
     segment.write_bytes(data[: len(data) - 40])  # the shutdown checkpoint loses its end
     report = make_report(audit=copy)
     problem = report["integrity"]["firstProblem"]
-    assert (problem["kind"], problem["line"]) == ("truncated", 9)
+    assert (problem["kind"], problem["line"]) == ("truncated", 10)
     assert report["totals"]["decisions"] == {"allowed": 6, "allowed-with-warnings": 1, "denied": 3}

@@ -179,9 +179,11 @@ def test_every_annotated_event_matches_its_record(tmp_path: Path) -> None:
     assert result["possible"] is True
     assert result["stages"] == ["mutate", "validate"]
     # the first and last minute are not compared (an event and its record may straddle an edge)
-    # seq 3-63 (the genesis and config records are 1 and 2) straddle the log's first minute
-    assert result["recordsMatched"] == result["recordsCompared"] == 200 - 61
-    assert result["mismatches"] == [] and result["missingChains"] == []
+    # seq 4-63 (the genesis, its checkpoint and the config record are 1-3) straddle the log's
+    # first minute
+    assert result["recordsMatched"] == result["recordsCompared"] == 200 - 60
+    assert result["mismatches"] == []
+    assert report["integrity"]["status"]["text"] == "all verified"
 
 
 def test_records_cut_off_the_end_of_a_chain_are_found(tmp_path: Path) -> None:
@@ -200,21 +202,23 @@ def test_records_cut_off_the_end_of_a_chain_are_found(tmp_path: Path) -> None:
 
 
 def test_an_event_naming_a_chain_that_was_not_given(tmp_path: Path) -> None:
+    # the witness (issue 18) reports the missing chain; every control needs attention
     ghost = "webhook-7:12:" + "ab" * 32
     report = reconcile(*write_witnessed(tmp_path, extra_claim=ghost))
-    result = report["completeness"]["reconciliation"]
-    assert result["missingChains"] == [{"chain": "webhook-7", "annotatedEvents": 1}]
-    assert (
-        "the API server's log names chain(s) that are not among the inputs: webhook-7 (1 events)"
-        in (report["crossCuttingReasons"]["all"])
+    problem = report["integrity"]["firstProblem"]
+    assert (problem["chain"], problem["kind"]) == ("webhook-7", "missing-chain")
+    assert {c["status"] for f in report["controls"] for c in f["controls"]} == {"attention"}
+
+
+def test_a_chain_whose_newest_records_nothing_vouches_for(tmp_path: Path) -> None:
+    # the shutdown checkpoint is cut and no log witnesses the chain: its end is unverifiable
+    audit, _ = write_witnessed(tmp_path, drop_last=1)
+    report = build_report(
+        [audit], keys=KeyRing.load([_key(audit)]), options=ReportOptions(generated=GENERATED)
     )
-
-
-def test_unparsable_chain_positions_are_counted(tmp_path: Path) -> None:
-    report = reconcile(*write_witnessed(tmp_path, extra_claim="not-a-position"))
-    result = report["completeness"]["reconciliation"]
-    assert result["malformedAnnotations"] == 1
-    assert "not-a-position" in result["firstMalformedAnnotation"]
+    shared = report["crossCuttingReasons"]["all"]
+    assert any(r.startswith("chain webhook-0: unverifiable since") for r in shared)
+    assert report["controlSummary"]["met"] == 0
 
 
 def test_events_without_chain_positions_say_so(make_report: Callable[..., Report], k8s_log: Path) -> None:

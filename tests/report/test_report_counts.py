@@ -26,7 +26,7 @@ def test_period_inputs_and_integrity(report: Report) -> None:
     chains = {c["chain"]: c for c in report["inputs"]["chains"]}
     assert sorted(chains) == ["controller-0", "webhook-0", "webhook-1"]
     # webhook-0: genesis and its checkpoint, the config it serves, 6 decisions, shutdown checkpoint
-    assert chains["webhook-0"]["records"] == 9
+    assert chains["webhook-0"]["records"] == 10
     assert all(c["ok"] and c["signatures"] == "verified" for c in chains.values())
     assert all(c["status"]["state"] == "verified" for c in chains.values())
     integrity = report["integrity"]

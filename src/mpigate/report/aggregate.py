@@ -258,9 +258,8 @@ class ReportBuilder:
             self.api_server.in_period += 1
         outside.add(event, self.activity.actor_kind(event.actor))
         if event.records:
-            where = f"{event.file}:{event.line}"
-            for webhook, claim in event.records:
-                self.reconciliation.add_claim(webhook, claim, event.time, where)
+            for webhook, position in event.records:
+                self.reconciliation.add_claim(webhook, position, event.time)
         elif event.mpigate_decision is not None:
             self.reconciliation.unannotated += 1
 

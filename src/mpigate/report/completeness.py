@@ -2,14 +2,16 @@
 the gaps longer than the heartbeat (the longest time a writer may stay silent), the chains that
 were expected but not given, and the reconciliation of the API server's log with the chains on
 their shared key — the chain position ``<chain>:<seq>:<hash>`` that the webhooks put into the
-request's ``auditAnnotations`` (``<webhook name>/record``).
+request's ``auditAnnotations`` (``<webhook name>/record``). The witness
+(:mod:`mpigate.audit.witness`) checks each chain against the newest position the log names
+(records cut off the end, deleted chains); the reconciliation compares every record with the
+log, so that a range of records the log does not show, or events without their records, show too.
 
 Reconciliation streams on both sides: records and claims are added into buckets of 64
 consecutive sequence numbers per chain and stage, each bucket holding a count and a sum of the
 records' hashes. At the end, a bucket whose records lie within the API-server log's time span
 must match its claims exactly; a difference names the chain and sequence range to look at
-(``mpigate audit export`` lists the records). Claims of a chain that was not given name a
-missing chain.
+(``mpigate audit export`` lists the records).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from mpigate.audit.witness import Position
 
 __all__ = ["BUCKET", "Reconciliation", "Span", "expected_chains", "to_epoch", "uncovered"]
 
@@ -173,8 +177,6 @@ class Reconciliation:
     def __init__(self) -> None:
         self.records: dict[tuple[str, str, int], _Bucket] = {}  # (stage, chain, seq // BUCKET)
         self.claims: dict[tuple[str, str, int], _Bucket] = {}
-        self.bad_claims = 0
-        self.bad_claim_example: str | None = None
         self.unannotated = 0  # events with an mpigate decision but no chain position
 
     def add_record(self, stage: str, chain: str, seq: int, digest: str, time: str) -> None:
@@ -187,18 +189,14 @@ class Reconciliation:
             bucket = self.records[key] = _Bucket()
         bucket.add(value, time)
 
-    def add_claim(self, webhook: str, claim: str, time: str, where: str) -> None:
-        """``claim`` is ``<chain>:<seq>:<hash>`` as the webhook ``webhook`` annotated it."""
-        chain, _, rest = claim.rpartition(":")
-        chain, _, seq_text = chain.rpartition(":")
-        value = _value(rest) if len(rest) == 64 else None
-        if not chain or not seq_text.isdigit() or value is None:
-            self.bad_claims += 1
-            if self.bad_claim_example is None:
-                self.bad_claim_example = f"{where}: {claim[:120]!r}"
+    def add_claim(self, webhook: str, position: Position, time: str) -> None:
+        """A chain position the webhook ``webhook`` annotated (an annotation that is no position is
+        the witness's to count: :class:`mpigate.audit.witness.Witness`)."""
+        value = _value(position.hash)
+        if value is None:
             return
         stage = "mutate" if webhook.startswith("mutate") else "validate"
-        key = (stage, chain, int(seq_text) // BUCKET)
+        key = (stage, position.chain, position.seq // BUCKET)
         bucket = self.claims.get(key)
         if bucket is None:
             bucket = self.claims[key] = _Bucket()
@@ -212,8 +210,6 @@ class Reconciliation:
                     mine[key] = _Bucket(bucket.count, bucket.total, bucket.first, bucket.last)
                 else:
                     known.merge(bucket)
-        self.bad_claims += other.bad_claims
-        self.bad_claim_example = self.bad_claim_example or other.bad_claim_example
         self.unannotated += other.unannotated
 
     def result(
@@ -237,10 +233,6 @@ class Reconciliation:
                 windows.append((_time(lo), _time(hi)))
         claimed_stages = {stage for stage, _, _ in self.claims}
         given = set(chains)
-        missing: dict[str, int] = {}
-        for (_, chain, _), bucket in self.claims.items():
-            if chain not in given:
-                missing[chain] = missing.get(chain, 0) + bucket.count
 
         def covered(bucket: _Bucket) -> bool:
             return any(a <= bucket.first and bucket.last <= b for a, b in windows)
@@ -273,16 +265,13 @@ class Reconciliation:
                 }
             )
         return {
-            "possible": bool(self.claims) or bool(self.bad_claims),
+            "possible": bool(self.claims),
             "stages": sorted(claimed_stages),
             "recordsCompared": compared,
             "recordsMatched": matched,
             "recordsOutsideLogSpan": skipped,
             "mismatches": mismatches[:_MAX_GAPS],
             "mismatchCount": len(mismatches),
-            "missingChains": [{"chain": c, "annotatedEvents": n} for c, n in sorted(missing.items())],
-            "malformedAnnotations": self.bad_claims,
-            "firstMalformedAnnotation": self.bad_claim_example,
             "eventsWithoutChainPosition": self.unannotated,
         }
 

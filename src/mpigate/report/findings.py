@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mpigate.audit.reader import ChainReport
+from mpigate.audit.status import trail_status
 
 from .assess import EvidenceFacts
 from .completeness import expected_chains, uncovered
@@ -168,11 +169,6 @@ def evidence_facts(
                 f"found {row['found']}"
             )
     recon = completeness["reconciliation"]
-    if recon["missingChains"]:
-        listed = ", ".join(
-            f"{m['chain']} ({m['annotatedEvents']} events)" for m in recon["missingChains"][:5]
-        )
-        general.append(f"the API server's log names chain(s) that are not among the inputs: {listed}")
     if recon["mismatchCount"]:
         first = recon["mismatches"][0]
         general.append(
@@ -180,11 +176,12 @@ def evidence_facts(
             f"first: chain {first['chain']} seq {first['seqFrom']}–{first['seqTo']} ({first['stage']}): "
             f"{first['records']} record(s), {first['annotatedEvents']} annotated event(s)"
         )
-    if recon["malformedAnnotations"]:
-        general.append(
-            f"{recon['malformedAnnotations']} chain-position annotation(s) do not parse: "
-            f"{recon['firstMalformedAnnotation']}"
-        )
+    # a chain whose newest records no signature and no witness vouches for (mpigate.audit.status);
+    # without a key nothing is authenticated: that is a missing source, below
+    for status in trail_status(chain_reports).chains:
+        report = next(r for r in chain_reports if r.chain == status.chain)
+        if status.state == "unverifiable" and report.signatures != "unchecked":
+            general.append(f"chain {status.chain}: {status.text()}")
     # sources
     sources = {s for chain in builder.chain_sources.values() for s in chain}
     missing: dict[str, str] = {}
@@ -201,7 +198,8 @@ def evidence_facts(
         )
     unchecked = [c.chain for c in chain_reports if c.signatures == "unchecked"]
     if unchecked:
-        missing["checkpoint"] = (
+        # without a key no record is authenticated: whatever rests on the chain itself is untested
+        missing["checkpoint"] = missing["chain"] = (
             f"checkpoint signatures of chain(s) {', '.join(unchecked)} not checked "
             "(pass --key or --public-key)"
         )
@@ -256,7 +254,7 @@ def evidence_facts(
         if outside_logs:
             names = ", ".join(Path(f).name for f in outside_logs)
             k8s_general.append(f"{len(outside_logs)} API-server log(s) lie outside the period: {names}")
-    failed = [c.chain for c in chain_reports if c.signatures in ("failed", "unsigned")]
+    failed = [c.chain for c in chain_reports if c.signatures in ("failed", "unsigned", "missing")]
     if failed:
         findings.setdefault("checkpoint", []).append(
             f"chain(s) {', '.join(failed)} have no checkpoint that verified (signatures failed or missing)"
