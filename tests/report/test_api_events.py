@@ -328,3 +328,21 @@ def test_reader_keeps_request_objects_only_for_what_it_judges(tmp_path: Path) ->
     assert events[0].obj is not None and events[1].obj is None  # a delete's body is DeleteOptions
     assert reader.stats.skipped == {"write of a resource without security relevance": 1}
     assert reader.stats.sha256 == __import__("hashlib").sha256(log.read_bytes()).hexdigest()
+
+
+def test_a_level_no_pod_security_release_knows_is_not_evaluated(
+    make_report: Callable[..., Report], tmp_path: Path
+) -> None:
+    found = context()
+    found["config_policy"] = {
+        **found["config_policy"],
+        "podSecurity": {"level": "paranoid", "version": "v0.9"},
+    }
+    # before the chains' first config record, --config's level applies
+    early = "2026-11-20T08:00:00.000000Z"
+    log = write_log(
+        tmp_path / "a.log", [event("create", "pods", requestObject=pod(privileged=True), time=early)]
+    )
+    report = make_report(k8s=[log], since="2026-11-20", until="2026-11-23", **found)
+    [reason] = [x["reason"] for x in report["apiServerEvents"]["counts"]["notEvaluated"] if x["category"]]
+    assert reason.startswith("the Pod Security level in force cannot be used: invalid Pod Security level")

@@ -115,7 +115,7 @@ _SKIP_STAGE = "another stage of a request counted at ResponseComplete (RequestRe
 _SKIP_READ = "read of a resource without security relevance (get, list, watch)"
 _SKIP_WRITE = "write of a resource without security relevance"
 _SKIP_NONRESOURCE = "non-resource request (/healthz, /metrics, /version, ...)"
-_MAX_OBJECT = 256 * 1024  # requestObjects larger than this are not kept (a pod spec is far smaller)
+
 _API_VERSIONS = frozenset({"audit.k8s.io/v1", "audit.k8s.io/v1beta1", "audit.k8s.io/v1alpha1", ""})
 # mpigate's auditAnnotations as the API server records them: "<webhook name>/<key>" (the webhook
 # names end in .mpigate.io, see webhooks/base/webhookconfigurations.yaml); "mpigate.io/<key>"

@@ -55,6 +55,7 @@ _TEMPLATE_PATHS: Mapping[str, tuple[tuple[str, ...], ...]] = {
     "cronjobs": (("spec", "jobTemplate", "spec", "template"),),
 }
 _RISKY_VERBS = frozenset({"escalate", "bind", "impersonate"})
+_MAX_REASON = 1000  # a pod with many failing containers: the reason is cut, the count is not
 # Identities of the control plane that read and write secrets as their job.
 _CONTROL_PLANE = ("system:kube-controller-manager", "system:kube-scheduler", "system:apiserver")
 
@@ -262,12 +263,16 @@ class OutsideEvents:
         level = self.pss.at(event.time)
         if level is None:
             return "not-evaluated", "no Pod Security level known (no config record, no --config)"
-        failures = _judge_pods(event.resource, event.obj, level[0], level[1])
+        try:
+            failures = _judge_pods(event.resource, event.obj, level[0], level[1])
+        except ValueError as exc:  # a level or version no Pod Security release knows
+            return "not-evaluated", f"the Pod Security level in force cannot be used: {exc}"
         if failures is None:
             return "not-evaluated", "no pod template in the object"
         self.levels[level] = self.levels.get(level, 0) + 1
         if failures:
-            return "finding", f'violates PodSecurity "{level[0]}:{level[1]}": ' + "; ".join(failures)
+            text = f'violates PodSecurity "{level[0]}:{level[1]}": ' + "; ".join(failures)
+            return "finding", text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"
         return "passed", f'meets PodSecurity "{level[0]}:{level[1]}"'
 
     def _secret(self, event: ApiEvent) -> tuple[str, str]:
