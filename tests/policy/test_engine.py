@@ -554,11 +554,6 @@ def test_an_org_can_admit_what_mpigate_does_not_understand_with_a_warning(org: C
     assert decision.warnings[0].startswith("[MPG-API-001] MPIJob kubeflow.org/v1 is not understood")
 
 
-def test_other_kinds_are_not_ours(org: Config) -> None:
-    decision = decide(org, {"kind": "ConfigMap", "metadata": {"name": "x", "namespace": "nlp-team"}})
-    assert decision.allowed and decision.violations == () and decision.patch == ()
-
-
 def test_demand_lists_the_images_of_each_job_as_admitted(org: Config) -> None:
     decision = decide(org, read("trainjobs/llm-finetune.yaml"))
     assert decision.allowed and decision.demand is not None

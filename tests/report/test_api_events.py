@@ -346,3 +346,15 @@ def test_a_level_no_pod_security_release_knows_is_not_evaluated(
     report = make_report(k8s=[log], since="2026-11-20", until="2026-11-23", **found)
     [reason] = [x["reason"] for x in report["apiServerEvents"]["counts"]["notEvaluated"] if x["category"]]
     assert reason.startswith("the Pod Security level in force cannot be used: invalid Pod Security level")
+
+
+def test_mpijob_writes_are_mpigate_s_to_judge(make_report: Callable[..., Report], tmp_path: Path) -> None:
+    # issue 16 routes kubeflow.org MPIJobs through the webhooks: a write without a decision bypassed them
+    log = write_log(
+        tmp_path / "a.log",
+        [event("create", "mpijobs", ref={"apiGroup": "kubeflow.org", "name": "mpi-1"}, requestObject={})],
+    )
+    report = make_report(k8s=[log], since="2026-11-20", until="2026-11-23", **context())
+    api = report["activity"]["apiServer"]
+    assert (api["writes"], api["unjudgedWrites"]) == (1, 1)
+    assert api["unjudgedExamples"][0]["kind"] == "MPIJob"

@@ -53,6 +53,7 @@ from .completeness import Span
 
 __all__ = [
     "CATEGORIES",
+    "JUDGED_RESOURCES",
     "TRAINER_RESOURCES",
     "WRITE_VERBS",
     "ApiEvent",
@@ -71,13 +72,21 @@ TRAINER_RESOURCES: Mapping[str, str] = MappingProxyType(
         "clustertrainingruntimes": "ClusterTrainingRuntime",
     }
 )
+# Everything mpigate's webhooks judge, by (API group, resource): Trainer's objects and the MPI
+# Operator's MPIJobs (webhooks/base/webhookconfigurations.yaml routes every version of each).
+JUDGED_RESOURCES: Mapping[tuple[str, str], str] = MappingProxyType(
+    {
+        **{(TRAINER_GROUP, resource): kind for resource, kind in TRAINER_RESOURCES.items()},
+        ("kubeflow.org", "mpijobs"): "MPIJob",
+    }
+)
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 _READ_VERBS = frozenset({"get", "list", "watch"})
 _COUNTED_STAGES = frozenset({"ResponseComplete", "Panic", ""})
 # What a report takes from the API server's log (record kinds of the control catalogues).
 CATEGORIES: Mapping[str, str] = MappingProxyType(
     {
-        "k8s-activity": "Writes of TrainJobs and training runtimes",
+        "k8s-activity": "Writes of the objects mpigate judges (TrainJobs, training runtimes, MPIJobs)",
         "k8s-rbac-denied": "Requests the authorizer refused",
         "k8s-workload": "Pods and workloads created or replaced",
         "k8s-exec": "Exec, attach and port-forward into pods",
@@ -217,13 +226,13 @@ class ApiEvent(NamedTuple):
 
     @property
     def kind(self) -> str:
-        return TRAINER_RESOURCES.get(self.resource, self.resource)
+        return JUDGED_RESOURCES.get((self.api_group, self.resource), self.resource)
 
     @property
     def is_trainer_write(self) -> bool:
+        """A write of an object mpigate's webhooks judge (TrainJob, runtime, MPIJob)."""
         return (
-            self.api_group == TRAINER_GROUP
-            and self.resource in TRAINER_RESOURCES
+            (self.api_group, self.resource) in JUDGED_RESOURCES
             and self.verb in WRITE_VERBS
             and not self.subresource
         )
@@ -507,7 +516,7 @@ class K8sAuditReader:
         group = ref.get("apiGroup") or ""
         write = verb in WRITE_VERBS
         out: list[str] = []
-        if resource in TRAINER_RESOURCES and write and not subresource and group == TRAINER_GROUP:
+        if write and not subresource and (group, resource) in JUDGED_RESOURCES:
             out.append("k8s-activity")
         if authorization == "forbid" or (
             code == 403
