@@ -77,8 +77,11 @@ def requests(kmock: kmock_lib.KubernetesEmulator, method: str, path: str) -> Ite
     return iter(kmock[method, path])
 
 
-async def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    """Poll ``predicate`` until it returns something truthy (returned), with a deadline."""
+async def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy (returned), with a deadline.
+
+    The deadline is generous on purpose: it only bounds a failing test (a passing one returns as
+    soon as the event happened), and a machine shared by parallel test runs can be slow."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:

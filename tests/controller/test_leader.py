@@ -14,7 +14,11 @@ import pytest
 from mpigate.admission.kube import KubeError
 from mpigate.controller.leader import LeadershipLost, LeaseElector, LeaseSettings
 
-SETTINGS = LeaseSettings(namespace="mpigate-system", lease_duration=3.0, renew_deadline=1.0, retry_period=0.1)
+# The lease (30 s) is far longer than the renew deadline (1 s), so that "gave up before the lease
+# expired" holds on a loaded machine too; takeovers are driven by a fake clock.
+SETTINGS = LeaseSettings(
+    namespace="mpigate-system", lease_duration=30.0, renew_deadline=1.0, retry_period=0.1
+)
 
 
 class LeaseStore:
@@ -73,7 +77,7 @@ async def test_only_one_candidate_wins_a_race() -> None:
     results = await asyncio.gather(a.try_acquire_or_renew(), b.try_acquire_or_renew())
     assert sorted(results) == [False, True]
     assert store.lease is not None and store.lease["spec"]["holderIdentity"] in ("a", "b")
-    assert store.lease["spec"]["leaseDurationSeconds"] == 3
+    assert store.lease["spec"]["leaseDurationSeconds"] == 30
 
 
 async def test_takeover_only_after_the_lease_expired_on_the_candidates_clock() -> None:
@@ -81,12 +85,12 @@ async def test_takeover_only_after_the_lease_expired_on_the_candidates_clock() -
     a, b = elector(store, "a"), elector(store, "b", clock)
     assert await a.try_acquire_or_renew()
     assert not await b.try_acquire_or_renew()  # first sight of the record starts b's timer
-    clock.now += 2.9
+    clock.now += 29.9
     assert not await b.try_acquire_or_renew()
     assert await a.try_acquire_or_renew()  # a renews: the record changes, b's timer restarts
-    clock.now += 2.9
+    clock.now += 29.9
     assert not await b.try_acquire_or_renew()
-    clock.now += 3.1  # a went silent for longer than the lease
+    clock.now += 30.1  # a went silent for longer than the lease
     assert await b.try_acquire_or_renew()
     assert store.lease is not None
     assert store.lease["spec"]["holderIdentity"] == "b"
