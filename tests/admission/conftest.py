@@ -22,7 +22,7 @@ from mpigate.config import load
 from mpigate.policy import AdmissionInput, apply_patch, mutations
 from tests.conftest import FIXTURES
 
-from .stub_engine import stub_evaluate
+from .stub_engine import RELEASE, stub_evaluate
 
 ADMISSION_FIXTURES = FIXTURES / "admission"
 BASE_ORG = FIXTURES / "config" / "base"
@@ -52,8 +52,9 @@ def trainjob(**labels: str) -> dict[str, Any]:
     return obj
 
 
-async def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02) -> Any:
-    """Poll ``predicate`` until it returns something truthy (or fail after ``timeout``)."""
+async def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy (or fail after ``timeout``, which is
+    generous: it only bounds a failing test, and parallel test runs make the machine slow)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while True:
@@ -107,7 +108,8 @@ async def start_webhook(tls_files: tuple[Path, Path], org: Path) -> AsyncIterato
     servers: list[WebhookServer] = []
 
     async def start(**kwargs: Any) -> WebhookServer:
-        settings = kwargs.pop("settings", ServiceSettings(deadline=2.0))
+        # A deadline no loaded machine reaches by accident; the deadline tests set their own.
+        settings = kwargs.pop("settings", ServiceSettings(deadline=30.0))
         options = ServeOptions(
             config=kwargs.pop("config", org),
             tls_cert=kwargs.pop("tls_cert", tls_files[0]),
@@ -125,7 +127,9 @@ async def start_webhook(tls_files: tuple[Path, Path], org: Path) -> AsyncIterato
         servers.append(server)
         return server
 
+    RELEASE.clear()
     yield start
+    RELEASE.set()  # engine threads held by a test's "hang" label finish now
     for server in servers:
         await server.stop()
 

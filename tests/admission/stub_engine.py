@@ -5,16 +5,23 @@ says in its fixture what the decision will be. End-to-end tests use the real eng
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 
 from mpigate.config import Config
 from mpigate.policy.decision import AdmissionInput, Decision, LiveContext, Violation
 
-# Labels that steer the stub: deny, warn, sleep (seconds), raise.
+# Labels that steer the stub: deny, warn, sleep (seconds, or "hang": until released), raise.
 DENY = "test.mpigate.io/deny"
 WARN = "test.mpigate.io/warn"
 SLEEP = "test.mpigate.io/sleep"
 RAISE = "test.mpigate.io/raise"
+
+# sleep "hang": the engine thread waits for RELEASE (set by the admission tests' teardown) and gives
+# up after HANG_SECONDS, far beyond any deadline a test sets, so that a test can tell a bound's
+# answer from the engine's without relying on how fast the machine is.
+HANG_SECONDS = 120.0
+RELEASE = threading.Event()
 
 
 def stub_evaluate(
@@ -22,7 +29,9 @@ def stub_evaluate(
 ) -> Decision:
     obj = request.obj or request.old_obj or {}
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    if SLEEP in labels:
+    if labels.get(SLEEP) == "hang":
+        RELEASE.wait(HANG_SECONDS)
+    elif SLEEP in labels:
         time.sleep(float(labels[SLEEP]))
     if RAISE in labels:
         raise RuntimeError("stub engine exploded")

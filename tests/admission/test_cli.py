@@ -279,7 +279,7 @@ def test_serve_says_how_to_make_the_missing_audit_key(tmp_path: Path) -> None:
 
 
 async def read_until(
-    stream: asyncio.StreamReader, event: str, seen: list[dict[str, Any]], timeout: float = 20
+    stream: asyncio.StreamReader, event: str, seen: list[dict[str, Any]], timeout: float = 60
 ) -> dict[str, Any]:
     async def scan() -> dict[str, Any]:
         while True:
@@ -301,10 +301,12 @@ async def read_until(
 async def test_sigterm_finishes_the_review_in_flight_and_records_it(
     kmock: kmock_lib.KubernetesEmulator, tmp_path: Path
 ) -> None:
-    # A slow Kueue makes the review take ~1 s; SIGTERM arrives in the middle of it.
+    # Kueue holds the review's ClusterQueue read until the server has started draining: SIGTERM
+    # arrives in the middle of the review, whatever the machine's speed.
+    kueue_answers = asyncio.Event()
     (
         kmock["get", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/nlp-team"]
-        << (lambda: asyncio.sleep(1.0))
+        << (lambda: kueue_answers.wait())
         << {
             "metadata": {"name": "nlp-team"},
             "spec": {"resourceGroups": []},
@@ -329,7 +331,7 @@ async def test_sigterm_finishes_the_review_in_flight_and_records_it(
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "mpigate", "serve", "--config", str(REPO),
         "--tls-cert", str(cert), "--tls-key", str(key), "--host", "127.0.0.1", "--port", "0",
-        "--kubeconfig", str(kubeconfig), "--live-timeout", "1500ms", "--deadline", "4s",
+        "--kubeconfig", str(kubeconfig), "--live-timeout", "60s", "--deadline", "90s",
         "--audit-dir", str(tmp_path / "audit"), "--audit-key", str(tmp_path / "audit.key"),
         stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
         env={**os.environ, "KUBECONFIG": ""},
@@ -356,11 +358,13 @@ async def test_sigterm_finishes_the_review_in_flight_and_records_it(
             )
             proc.send_signal(signal.SIGTERM)
             await read_until(proc.stderr, "draining", seen)
+            assert not pending.done()
+            kueue_answers.set()
             status, body = await pending
         assert status == 200
         assert body["response"]["uid"] == "in-flight" and body["response"]["allowed"] is True
         await read_until(proc.stderr, "stopped", seen)
-        assert await asyncio.wait_for(proc.wait(), 20) == 0
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
     finally:
         if proc.returncode is None:
             proc.kill()
