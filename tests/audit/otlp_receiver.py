@@ -109,7 +109,7 @@ class OtlpReceiver:
 
         self._thread = threading.Thread(target=serve, daemon=True)
         self._thread.start()
-        assert ready.wait(10), "the OTLP receiver did not start"
+        assert ready.wait(60), "the OTLP receiver did not start"
         return self
 
     def stop(self) -> None:

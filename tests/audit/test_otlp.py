@@ -27,7 +27,7 @@ def receiver(tmp_path: Path):
 
 
 def shipper(directory: Path, rx: OtlpReceiver, **kwargs) -> OtlpShipper:  # type: ignore[no-untyped-def]
-    return OtlpShipper(directory, rx.url, certificate_file=rx.ca_file, timeout=5, **kwargs)
+    return OtlpShipper(directory, rx.url, certificate_file=rx.ca_file, timeout=30, **kwargs)
 
 
 def write(directory: Path, chain: str, count: int, start: int = 0, **options) -> None:  # type: ignore[no-untyped-def]
@@ -143,7 +143,7 @@ def test_background_loop_backs_off_and_catches_up(tmp_path, receiver):
     running = shipper(directory, receiver)
     running.start(interval=0.05, max_backoff=0.2)
     try:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(receiver.records) < 12:
             time.sleep(0.02)
     finally:
@@ -156,7 +156,7 @@ def test_endpoint_without_path_gets_v1_logs(tmp_path, receiver):
     directory = tmp_path / "audit"
     write(directory, "c", 1)
     base = receiver.url.removesuffix("/v1/logs")
-    result = OtlpShipper(directory, base, certificate_file=receiver.ca_file, timeout=5).ship_once()
+    result = OtlpShipper(directory, base, certificate_file=receiver.ca_file, timeout=30).ship_once()
     assert result.shipped == 4 and not result.failed
 
 

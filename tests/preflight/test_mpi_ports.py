@@ -193,13 +193,15 @@ def test_failed_check_fails_the_run(pinned: NetworkProfile) -> None:
 
 
 def test_a_hung_job_is_killed_with_all_its_processes(pinned: NetworkProfile) -> None:
-    stuck = PreflightSettings(sizes=(8,), iterations=1, hold=60)
-    run = run_local(2, pinned, settings=stuck, timeout=2)
+    # The ranks hold for 10 minutes; 15 s is long enough for a loaded machine to start them all
+    # (the assertion below needs them in the tree) and far from their end.
+    stuck = PreflightSettings(sizes=(8,), iterations=1, hold=600)
+    run = run_local(2, pinned, settings=stuck, timeout=15)
 
     assert run.timed_out and not run.ok
-    assert run.problems[0] == "mpirun did not finish within 2 s and was killed"
+    assert run.problems[0] == "mpirun did not finish within 15 s and was killed"
     assert {"mpirun", "python"} <= set(run.processes.values())
-    deadline = time.monotonic() + 1  # SIGKILL takes effect at once; ranks left alone live on
+    deadline = time.monotonic() + 30  # SIGKILL takes effect at once; ranks left alone would live 10 min
     while (alive := [pid for pid in run.processes if _running(pid)]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert alive == []

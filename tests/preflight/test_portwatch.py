@@ -147,7 +147,7 @@ def test_sampler_follows_the_whole_process_tree(tmp_path: Path) -> None:
     try:
         port = int(parent.stdout.readline())
         with PortSampler(parent.pid, interval=0.01) as sampler:
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60
             while not any(s.local_port == port for s in sampler) and time.monotonic() < deadline:
                 time.sleep(0.01)
             tree = process_tree(parent.pid)
@@ -155,7 +155,7 @@ def test_sampler_follows_the_whole_process_tree(tmp_path: Path) -> None:
     finally:
         parent.stdin.write("\n")
         parent.stdin.close()
-        parent.wait(timeout=10)
+        parent.wait(timeout=60)
     [listener] = [s for s in observed if s.local_port == port]
     assert listener.state == "LISTEN" and listener.local_address == "0.0.0.0"
     assert listener.pid != parent.pid and listener.pid in tree  # the grandchild holds it
