@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -48,6 +49,19 @@ def _ip(*args: str) -> None:
     done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise VirtualPodsError(f"ip {' '.join(args)}: {done.stderr.strip() or done.returncode}")
+
+
+def _free_subnet(start: int) -> int:
+    """A /24 of 198.18.0.0/24-198.18.255.0/24 that no interface here has an address in, searched
+    from ``start``: two virtual-pod sets on one machine (parallel runs) must not share a subnet,
+    or the root namespace would route one set's traffic to the other's bridge."""
+    done = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=False)
+    used = {int(m) for m in re.findall(r"inet 198\.18\.(\d+)\.", done.stdout)}
+    for offset in range(256):
+        subnet = (start + offset) % 256
+        if subnet not in used:
+            return subnet
+    raise VirtualPodsError("every 198.18.X.0/24 subnet is in use on this machine")
 
 
 _AGENT = """#!/bin/sh
@@ -86,7 +100,7 @@ class VirtualPods:
         reason = virtual_pods_unavailable()
         if reason:
             raise VirtualPodsError(reason)
-        subnet = int(self.tag) % 256
+        subnet = _free_subnet(int(self.tag))
         self._bridge = f"mpgb{self.tag}"
         self.launcher_address = f"198.18.{subnet}.1"
         try:
