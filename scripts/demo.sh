@@ -96,10 +96,12 @@ grep -c '"event":"review"' build/demo-webhook/server.log | xargs echo "reviews l
 mpigate audit verify build/demo-webhook/audit --public-key build/demo-webhook/audit.pub
 
 step "The pinned-ports profile with real OpenMPI: preflight under mpirun, every TCP port observed"
-mpigate preflight --local -np 4 --profile pinned-ports --config .
+# --port-base auto: the profile's ranges moved to a window nothing on this machine holds (another
+# run's mpirun, a test suite), so that the demo cannot fail with "No sockets were able to be opened".
+mpigate preflight --local -np 4 --profile pinned-ports --config . --port-base auto
 
 step "The same job without the pinned environment (what the NetworkPolicy would block)"
-if mpigate preflight --local -np 4 --unpinned --config . -o json >build/demo-unpinned.json; then
+if mpigate preflight --local -np 4 --unpinned --config . --port-base auto -o json >build/demo-unpinned.json; then
   echo "unexpected: the unpinned run stayed inside the pinned ranges"; exit 1
 fi
 python3 -c '

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 from mpigate.config import Config, load
 from mpigate.config.model import NetworkProfile
 from mpigate.preflight import mpi_unavailable, virtual_pods_unavailable
+from mpigate.preflight.ports import PortWindowError, free_window
 from tests.conftest import REPO, TODAY
 
 
@@ -45,21 +44,17 @@ def example_org() -> Config:
     return load(REPO, today=TODAY)
 
 
-# Real-mpirun tests listen on fixed ports. Two test runs on one machine (parallel CI jobs, a
-# developer's run next to CI) would steal each other's ports, so they take turns on this lock.
-_MPI_LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "mpigate-openmpi-tests.lock"
-# The tests pin OpenMPI below Linux's ephemeral port range (32768-60999): the suite's own client
-# sockets (thousands of HTTPS requests, TIME_WAIT for a minute) can hold a port inside that range
-# and make a pinned listener fail to bind. The example org keeps its 40000s ranges (the demo and
-# the CLI test use them); only the port numbers differ here, not the environment under test.
-_TEST_BTL_MIN = 29000
+# Real-mpirun tests bind pinned ports. Each test takes a window that nothing on the machine holds,
+# chosen at run time (ports.free_window: below the ephemeral range, so the suite's own client
+# sockets cannot take one, from a random start, so parallel runs rarely even try the same one),
+# and real mpiruns of every test run on the machine take turns on this lock, so that no other run
+# can bind the window between the choice and mpirun's bind. The path is the machine's /tmp on
+# purpose, not $TMPDIR: two engineers' runs must see the same lock.
+_MPI_LOCK = Path("/tmp/mpigate-openmpi-tests.lock")
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def _one_mpirun_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
-    if request.node.get_closest_marker("mpi") is None:
-        yield
-        return
     with open(_MPI_LOCK, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -68,28 +63,21 @@ def _one_mpirun_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
+@pytest.fixture(autouse=True)
+def _mpi_tests_take_turns(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("mpi") is not None:
+        request.getfixturevalue("_one_mpirun_at_a_time")
 
 
-@pytest.fixture(scope="session")
-def pinned(example_org: Config) -> NetworkProfile:
-    """The example org's pinned-ports profile, moved to free ports below the ephemeral range."""
+@pytest.fixture
+def pinned(example_org: Config, _one_mpirun_at_a_time: None) -> NetworkProfile:
+    """The example org's pinned-ports profile, moved to a free window (under the lock)."""
     profile = example_org.network_profiles["pinned-ports"]
     assert profile.mode == "pinned-ports"
-    for base in range(_TEST_BTL_MIN, 32000, 500):
-        moved = dataclasses.replace(
-            profile, btl_port_min=base, oob_port_min=base + 200, oob_port_max=base + 210
-        )
-        ports = [*range(base, base + moved.btl_port_range), *range(base + 200, base + 211)]
-        if all(_bindable(p) for p in ports):
-            return moved
-    pytest.fail("no free 211-port window below 32000 for the pinned-ports tests")
+    try:
+        return free_window(profile)
+    except PortWindowError as exc:
+        pytest.fail(f"pinned-ports tests: {exc}")
 
 
 @pytest.fixture

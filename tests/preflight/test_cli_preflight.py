@@ -66,21 +66,25 @@ def test_broken_config_exits_2(runner: CliRunner, tmp_path: os.PathLike[str]) ->
 @pytest.mark.mpi
 @pytest.mark.usefixtures("openmpi")
 def test_local_json_reports_ranks_and_ports(runner: CliRunner) -> None:
+    """--port-base auto: the example org's ranges moved to a free window (its 40000s may be in use
+    by a demo or another run on this machine)."""
     result = runner.invoke(
         cli,
         ["preflight", "--local", "-np", "2", "--config", str(REPO), "--sizes", "8,65536", "--iterations", "3",
-         "--hold", "0.3", "-o", "json"],
+         "--hold", "0.3", "--port-base", "auto", "-o", "json"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["ok"] is True
-    assert data["environment"]["OMPI_MCA_btl_tcp_port_min_v4"] == "40000"
+    btl = int(data["environment"]["OMPI_MCA_btl_tcp_port_min_v4"])
+    assert data["environment"]["OMPI_MCA_btl_tcp_port_range_v4"] == "100"  # the profile's size
+    assert data["environment"]["OMPI_MCA_oob_tcp_static_ipv4_ports"] == f"{btl + 200}-{btl + 210}"
     assert data["environment"]["OMPI_MCA_btl"] == "self,tcp"
     assert data["preflight"]["verdict"] == "PASS" and data["preflight"]["size"] == 2
     assert data["ports"]["ok"] is True
-    assert data["ports"]["usedPorts"]["oob"] == [40200]
+    assert data["ports"]["usedPorts"]["oob"] == [btl + 200]
     assert data["ports"]["usedPorts"]["btl"] and all(
-        40000 <= p <= 40099 for p in data["ports"]["usedPorts"]["btl"]
+        btl <= p <= btl + 99 for p in data["ports"]["usedPorts"]["btl"]
     )
 
 

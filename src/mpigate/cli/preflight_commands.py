@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Literal
 
 import click
 
 from mpigate.config import Config, ConfigError, load
+from mpigate.config.model import NetworkProfile
 from mpigate.preflight import (
     DEFAULT_SIZES,
     RANGE_NAMES,
@@ -21,6 +23,14 @@ from mpigate.preflight import (
     virtual_pods_unavailable,
 )
 from mpigate.preflight.checks import PINNED_ENV_PREFIXES
+from mpigate.preflight.ports import (
+    PortWindowError,
+    busy_ports,
+    describe_busy,
+    free_window,
+    launch_ranges,
+    move_ranges,
+)
 
 from ._output import OUTPUT_OPTION, dump, echo_config_failure
 
@@ -37,6 +47,20 @@ def _sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[in
     if not sizes or any(s < 1 for s in sizes):
         raise click.BadParameter("at least one size, each >= 1 byte")
     return sizes
+
+
+def _port_base(value: str | None) -> int | Literal["auto"] | None:
+    if value is None:
+        return None
+    if value == "auto":
+        return "auto"
+    try:
+        port = int(value)
+    except ValueError:
+        raise click.BadParameter("a port number or 'auto'", param_hint="--port-base") from None
+    if not 1024 <= port <= 65535:
+        raise click.BadParameter("a port between 1024 and 65535, or 'auto'", param_hint="--port-base")
+    return port
 
 
 def _load(path: Path) -> Config:
@@ -89,6 +113,12 @@ def _load(path: Path) -> Config:
     default=120.0,
     show_default=True,
     help="--local: kill mpirun after this many seconds.",
+)
+@click.option(
+    "--port-base",
+    callback=lambda _c, _p, v: _port_base(v),
+    help="--local: move the profile's BTL and OOB ranges to start at PORT (sizes kept), or to a "
+    "window that nothing here holds with 'auto' (the ranges in the cluster are unchanged).",
 )
 @click.option("--team", help="Team of the smoke TrainJob (--trainjob).")
 @click.option(
@@ -144,6 +174,7 @@ def preflight_command(
     transport: str,
     pods: int,
     timeout: float,
+    port_base: int | Literal["auto"] | None,
     team: str | None,
     image: str | None,
     nodes: int | None,
@@ -175,8 +206,11 @@ def preflight_command(
       ports: 12 listeners and 14 connections observed; all in BTL 40000-40099, OOB 40200-40210
       verdict: PASS
 
+    --local first checks that the pinned ranges are free on this machine and names the process
+    on a busy port (exit 2); --port-base auto moves them to a free window.
+
     Exit status: 0 every check passed, 1 a check failed (or a port outside the pinned ranges),
-    2 usage, config or environment error.
+    2 usage, config or environment error (a busy pinned port included).
     """
     if local and trainjob:
         raise click.UsageError("--local and --trainjob exclude each other")
@@ -192,7 +226,7 @@ def preflight_command(
     if trainjob:
         _trainjob(config_path, team, image, nodes, name, settings, output)
     elif local:
-        _local(config_path, profile, unpinned, np, transport, pods, timeout, settings, output)
+        _local(config_path, profile, unpinned, np, transport, pods, timeout, port_base, settings, output)
     else:
         _in_job(settings, output)
 
@@ -256,6 +290,7 @@ def _local(
     transport: str,
     pods: int,
     timeout: float,
+    port_base: int | Literal["auto"] | None,
     settings: PreflightSettings,
     output: str,
 ) -> None:
@@ -266,6 +301,10 @@ def _local(
         raise click.BadParameter(
             f"no network profile {profile_name!r} (profiles: {known})", param_hint="--profile"
         )
+    if profile.mode == "pinned-ports":
+        profile = _free_ranges(profile, port_base, check=not unpinned)
+    elif port_base is not None:
+        raise click.BadParameter(f"profile {profile_name!r} pins no ports", param_hint="--port-base")
     reason = mpi_unavailable() or (virtual_pods_unavailable() if pods else None)
     if reason:
         click.secho(f"error: {reason}", fg="red", err=True)
@@ -285,6 +324,37 @@ def _local(
     else:
         click.echo(_render_local(run, profile_name, unpinned), nl=False)
     sys.exit(EXIT_OK if run.ok else EXIT_FAILED)
+
+
+def _free_ranges(
+    profile: NetworkProfile, port_base: int | Literal["auto"] | None, *, check: bool
+) -> NetworkProfile:
+    """The profile to launch with: its ranges (moved by --port-base), checked to be free here
+    when the run binds them (``check``; an --unpinned run only judges against them).
+
+    Refuses (exit 2) with the busy ports and who holds them: OpenMPI would only say "No sockets
+    were able to be opened" (the BTL) or fail to start its daemons (the OOB)."""
+    try:
+        if port_base == "auto":
+            return free_window(profile)
+        if port_base is not None:
+            profile = move_ranges(profile, port_base)
+    except (PortWindowError, ValueError) as exc:
+        click.secho(f"error: --port-base: {exc}", fg="red", err=True)
+        sys.exit(EXIT_USAGE)
+    busy = busy_ports(launch_ranges(profile)) if check else []
+    if busy:
+        ranges = ", ".join(f"{name} {low}-{high}" for name, low, high in launch_ranges(profile))
+        click.secho(f"error: the pinned ranges ({ranges}) are not free on this machine:", fg="red", err=True)
+        for line in describe_busy(busy):
+            click.echo(f"  {line}", err=True)
+        click.echo(
+            "hint: stop that process, or run on a free window with --port-base auto "
+            "(the ranges in the cluster are unchanged)",
+            err=True,
+        )
+        sys.exit(EXIT_USAGE)
+    return profile
 
 
 def _render_local(run: LocalRun, profile_name: str, unpinned: bool) -> str:

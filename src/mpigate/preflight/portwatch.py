@@ -29,6 +29,7 @@ __all__ = [
     "parse_tcp_table",
     "process_tree",
     "sample_once",
+    "socket_inodes",
 ]
 
 log = logging.getLogger(__name__)
@@ -195,7 +196,8 @@ def process_tree(root: int, proc: Path = Path("/proc")) -> set[int]:
     return found
 
 
-def _socket_inodes(pid: int, proc: Path) -> set[int]:
+def socket_inodes(pid: int, proc: Path = Path("/proc")) -> set[int]:
+    """The inodes of the sockets ``pid`` holds (empty when it is gone or not readable)."""
     inodes: set[int] = set()
     fd_dir = proc / str(pid) / "fd"
     try:
@@ -225,7 +227,7 @@ def sample_once(pids: Iterable[int], proc: Path = Path("/proc")) -> set[Observed
     table_pid: dict[str, int] = {}
     comms: dict[int, str] = {}
     for pid in pids:
-        inodes = _socket_inodes(pid, proc)
+        inodes = socket_inodes(pid, proc)
         if not inodes:
             continue
         netns = _netns_key(pid, proc)
