@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import re
 import shutil
 from collections.abc import Iterator
@@ -17,22 +18,26 @@ from typing import Any
 import pytest
 import trustme
 import yaml
+from click.testing import CliRunner
 
 from mpigate.admission.client import ReplayResult, ReviewClient, replay
 from mpigate.admission.server import ServeOptions
+from mpigate.cli import cli
 from tests.conftest import REPO, TODAY
 
 from .conftest import ThreadedWebhook, write_cert
 
 # Runtimes added to the org for these cases: mpi-openmpi-gpu with 8 GPUs in the runtime's own
 # node containers, and the same with its containers named trainer instead of node.
-EXTRA_RUNTIMES = ("mpi-gpu8", "mpi-trainer-named")
+EXTRA_RUNTIMES = ("mpi-gpu8", "mpi-trainer-named", "flux-test")
 
 
 def _runtime(name: str) -> dict[str, Any]:
     base = yaml.safe_load((REPO / "policies" / "runtimes" / "mpi-openmpi-gpu.yaml").read_text())
     runtime = copy.deepcopy(base)
     runtime["metadata"]["name"] = name
+    if name == "flux-test":  # Trainer's Flux plugin instead of its MPI plugin
+        runtime["spec"]["mlPolicy"] = {"numNodes": 1, "flux": {}}
     for rjob in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
         container = rjob["template"]["spec"]["template"]["spec"]["containers"][0]
         container["resources"] = {"limits": {"nvidia.com/gpu": 8}}
@@ -57,9 +62,14 @@ def org_with_extra_runtimes(target: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReviewClient]:
+def org(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return org_with_extra_runtimes(tmp_path_factory.mktemp("effective-pods-org") / "org")
+
+
+@pytest.fixture(scope="module")
+def client(org: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReviewClient]:
     base = tmp_path_factory.mktemp("effective-pods")
-    config = org_with_extra_runtimes(base / "org")
+    config = org
     ca = trustme.CA()
     cert, key = write_cert(ca, base / "tls")
     ca.cert_pem.write_to_path(str(base / "ca.crt"))
@@ -406,3 +416,62 @@ def test_num_proc_per_node_out_of_range_is_refused(client: ReviewClient, nproc: 
     result = replay(client, trainjob(trainer=trainer))
     assert result.allowed is False
     assert "spec.trainer.numProcPerNode: " in denying(result)["MPG-RT-001"]
+
+
+def test_the_flux_installer_image_a_tenant_chooses_is_judged(client: ReviewClient) -> None:
+    """Trainer's Flux plugin starts an init container with the image in spec.trainer.env
+    FLUX_VIEW_IMAGE: an image reference in an env value, judged where the TrainJob sets it."""
+    trainer = {
+        "numNodes": 1,
+        "image": "registry.acme.internal/nlp/llm-train:1.4.2",
+        "env": [{"name": "FLUX_VIEW_IMAGE", "value": "docker.io/someone/flux-view:jammy"}],
+    }
+    result = replay(client, trainjob("flux-test", trainer=trainer))
+    assert result.allowed is False
+    assert (
+        "spec.trainer.env[name=FLUX_VIEW_IMAGE]: image docker.io/someone/flux-view:jammy"
+        in (denying(result)["MPG-IMG-001"])
+    )
+
+
+# One case of each bypass, for the comparison with explain.
+CASES = {
+    "gpus merged per key": lambda: trainjob(
+        "mpi-gpu8",
+        trainer={
+            "numNodes": 3,
+            "image": "registry.acme.internal/nlp/llm-train:1.4.2",
+            "resourcesPerNode": {"requests": {"cpu": "8"}},
+        },
+    ),
+    "initializer env over storageUri": lambda: data_job(
+        model={
+            "storageUri": "hf://meta-llama/Llama-3.1-8B",
+            "env": [{"name": "STORAGE_URI", "value": "s3://acme-us-models/llama"}],
+        }
+    ),
+    "image volume": lambda: trainjob(runtimePatches=[image_volume_patch("docker.io/evil/weights:latest")]),
+    "malformed patch": lambda: trainjob(runtimePatches=[malformed_patch("pod spec", 42), privileged_patch()]),
+    "zero nodes": lambda: trainjob(
+        trainer={"numNodes": 0, "image": "registry.acme.internal/nlp/llm-train:1.4.2"}
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_explain_gives_the_webhooks_answer(
+    client: ReviewClient, org: Path, tmp_path: Path, case: str
+) -> None:
+    """The same bypasses through ``mpigate explain``: the same denial, rule by rule and path by path."""
+    obj = CASES[case]()
+    webhook = replay(client, obj)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(obj), encoding="utf-8")
+    result = CliRunner().invoke(
+        cli,
+        ["explain", "--config", str(org), "--now", f"{TODAY.isoformat()}T12:00:00Z", "-o", "json", str(path)],
+    )
+    assert result.exit_code == 1, result.output
+    decision = json.loads(result.output)[0]["decision"]
+    assert decision["allowed"] is False and webhook.allowed is False
+    assert decision["message"] == webhook.message

@@ -200,3 +200,32 @@ def test_an_initializer_env_storage_uri_wins_and_is_named_as_such() -> None:
         dataset.origin(("spec", "containers", 0, "env", 0))
         == "spec.initializer.dataset.env[name=STORAGE_URI]"
     )
+
+
+def test_the_flux_plugin_adds_its_installer_whose_image_a_trainjob_can_choose() -> None:
+    """Trainer's Flux plugin runs an init container whose image is FLUX_VIEW_IMAGE: Trainer's
+    default, the runtime trainer container's env, or the TrainJob's env (which wins)."""
+    runtime = RUNTIMES["flux-plain"]
+    plain = resolve_runtime(runtime).job("node")
+    assert plain is not None
+    installer = plain.spec["initContainers"][-1]
+    assert installer["name"] == "flux-installer"
+    assert installer["image"] == "ghcr.io/converged-computing/flux-view-ubuntu:tag-jammy"
+    assert plain.origin(("spec", "initContainers", 0, "image")) == (
+        "spec.mlPolicy.flux (Trainer sets spec.initContainers[name=flux-installer].image)"
+    )
+    assert {v["name"] for v in plain.spec["volumes"]} >= {"flux-install", "spack-install", "flux-curve"}
+    chosen = run(
+        "flux-plain",
+        {"args": ["in.lj"], "env": [{"name": "FLUX_VIEW_IMAGE", "value": "docker.io/me/view:1"}]},
+    )
+    node = chosen.job("node")
+    assert node is not None
+    assert node.spec["initContainers"][-1]["image"] == "docker.io/me/view:1"
+    assert node.origin(("spec", "initContainers", 0, "image")) == "spec.trainer.env[name=FLUX_VIEW_IMAGE]"
+    # the trainer's command (the runtime's, with the TrainJob's args) runs through Flux's entrypoint
+    assert node.spec["containers"][0]["command"] == [
+        "/bin/bash",
+        "/etc/flux-config/entrypoint.sh",
+        "lmp -in in.lj",
+    ]

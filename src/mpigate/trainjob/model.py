@@ -43,7 +43,7 @@ MPIGATE_MANAGER = "mpigate.io/admission"
 RESERVED_ENV_CONTAINERS = frozenset({NODE, DATASET_INITIALIZER, MODEL_INITIALIZER})
 
 # ``operator``: what the MPI Operator adds to an MPIJob's pods (trainjob/mpijob.py).
-LayerKind = Literal["runtime", "patch", "mpi", "initializer", "trainer", "operator"]
+LayerKind = Literal["runtime", "patch", "mpi", "flux", "initializer", "trainer", "operator"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +96,8 @@ class Layer:
 
     def display(self, keyed: Sequence[PathPart]) -> str:
         """The user-facing path of ``keyed`` (pod-relative) in this layer's document."""
-        if self.kind == "mpi":
-            return f"{self.root}spec.mlPolicy.mpi (Trainer sets {format_path(keyed)})"
+        if self.kind in ("mpi", "flux"):  # what Trainer's plugin for that mlPolicy adds
+            return f"{self.root}spec.mlPolicy.{self.kind} (Trainer sets {format_path(keyed)})"
         if self.kind == "operator":
             return f"{self.root}(the MPI Operator sets {format_path(keyed)})"
         for pod_prefix, target in self.aliases:

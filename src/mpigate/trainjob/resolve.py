@@ -8,6 +8,8 @@ Order of construction (Trainer ``pkg/runtime/core/trainingruntime.go`` and the p
 3. the MPI plugin (``mlPolicy.mpi``): SSH-auth Secret volume on ``launcher``/``node``, hostfile
    ConfigMap and the reserved ``OMPI_MCA_*`` env on the launcher's ``node`` container
    (:mod:`mpigate.trainjob.mpi`);
+   With ``mlPolicy.flux``, Trainer's Flux plugin: the ``flux-installer`` init container (its image
+   from ``FLUX_VIEW_IMAGE``) and volumes on the ``node`` job (:mod:`mpigate.trainjob.flux`);
 4. ``spec.initializer`` into the ``dataset-initializer``/``model-initializer`` containers
    (``STORAGE_URI`` env, user env, ``secretRef`` as envFrom; :mod:`mpigate.trainjob.builder`);
 5. ``spec.trainer``: image/command/args/env/resourcesPerNode into the ``node`` container of the
@@ -28,6 +30,7 @@ as :class:`Problem` values and treated as absent.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from .builder import (
@@ -38,6 +41,7 @@ from .builder import (
     no_node_container,
     read_trainer,
 )
+from .flux import apply_flux, flux_view_image
 from .jsontypes import is_mapping
 from .model import (
     ANCESTOR_LABEL,
@@ -147,6 +151,9 @@ def resolve(
     if ml is not None and ml.mpi:
         _check_mpi(trainer, fields, ml, docs, rec)
     slots = _slots(ml, trainer, fields.resources, docs, ancestors, rec)
+    flux = ml is not None and ml.kind == "flux"
+    if flux:
+        flux_image, fields = _flux(fields, docs, ancestors, bool(trainer))
 
     # 3-5. resourcesPerNode (newRuntimeInfo), MPI plugin, initializers, trainer (JobSet builder).
     rlan = ml is not None and ml.mpi and ml.run_launcher_as_node
@@ -169,6 +176,8 @@ def resolve(
         if ml is not None and ml.mpi and name in (NODE, LAUNCHER):
             mpi_layer = apply_mpi(pod, prepared.mpi[name], slots or 1, job_layers[0].root)
             job_layers.append(mpi_layer)
+        if flux and name == NODE:
+            job_layers.extend(apply_flux(pod, *flux_image, job_layers[0].root))
         for init_kind, init_key in _INITIALIZERS:
             if ancestor == init_kind and container(pod, init_kind) is not None:
                 initializer_seen[init_kind] = True
@@ -237,6 +246,29 @@ def _pod_counts(
         elif trainer_job is not None:
             counts[trainer_job] = (1, num_nodes)
     return counts
+
+
+def _flux(
+    fields: TrainerFields,
+    docs: Mapping[str, Mapping[str, Any]],
+    ancestors: Mapping[str, Any],
+    has_trainer: bool,
+) -> tuple[tuple[str, bool], TrainerFields]:
+    """What Trainer's Flux plugin decides before the pods are built (flux.go
+    ``(*Flux).EnforceMLPolicy``): the installer's image (``brokerSettingsFromEnvironment``, from the
+    trainer container found by ``FindContainerByPodSetAncestorContainerName``), and the trainer's
+    command wrapped by Flux's entrypoint (``getOriginalCommand``; the args go into it)."""
+    runtime_node: Mapping[str, Any] = {}
+    trainer_job = next((n for n, a in ancestors.items() if a == TRAINER), None)
+    if trainer_job is not None:
+        runtime_node = container(pod_template(docs[trainer_job]), NODE) or {}
+    image = flux_view_image(fields.env, runtime_node.get("env"))
+    if not has_trainer:
+        return image, fields
+    base = fields.command if fields.command is not None else listed(runtime_node.get("command"))
+    original = " ".join(str(part) for part in (*base, *(fields.args or ()))).strip()
+    entrypoint = ["/bin/bash", "/etc/flux-config/entrypoint.sh", original]
+    return image, replace(fields, command=entrypoint, args=None)
 
 
 def _check_mpi(

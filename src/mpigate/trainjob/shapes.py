@@ -102,7 +102,8 @@ POD_SECURITY_CONTEXT: Final[Mapping[str, Shape]] = {
     "windowsOptions": _WINDOWS,
 }
 ENV: Final = _keyed("name", {"name": STR, "value": STR, "valueFrom": OBJ})
-_HANDLER = {"httpGet": {"host": STR}, "tcpSocket": {"host": STR}, "exec": OBJ, "grpc": OBJ, "sleep": OBJ}
+_PROBE = {"httpGet": {"host": STR}, "tcpSocket": {"host": STR}, "exec": OBJ, "grpc": OBJ}
+_HANDLER = {"httpGet": {"host": STR}, "tcpSocket": {"host": STR}, "exec": OBJ, "sleep": OBJ}
 CONTAINER: Final[Mapping[str, Shape]] = {
     "name": STR,
     "image": STR,
@@ -113,10 +114,21 @@ CONTAINER: Final[Mapping[str, Shape]] = {
     "resources": {"limits": _map(QTY), "requests": _map(QTY), "claims": _list({"name": STR})},
     "ports": _list({"containerPort": INT, "hostPort": INT, "hostIP": STR, "name": STR, "protocol": STR}),
     "securityContext": CONTAINER_SECURITY_CONTEXT,
-    "volumeMounts": _keyed("mountPath", {"name": STR, "mountPath": STR, "mountPropagation": STR}),
-    "livenessProbe": _HANDLER,
-    "readinessProbe": _HANDLER,
-    "startupProbe": _HANDLER,
+    "volumeMounts": _keyed(
+        "mountPath",
+        {
+            "name": STR,
+            "mountPath": STR,
+            "mountPropagation": STR,
+            "readOnly": BOOL,
+            "recursiveReadOnly": STR,
+            "subPath": STR,
+            "subPathExpr": STR,
+        },
+    ),
+    "livenessProbe": _PROBE,
+    "readinessProbe": _PROBE,
+    "startupProbe": _PROBE,
     "lifecycle": {"postStart": _HANDLER, "preStop": _HANDLER},
     "restartPolicy": STR,
 }
