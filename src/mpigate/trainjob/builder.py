@@ -60,7 +60,7 @@ def trainer_env_var(var: Mapping[str, Any]) -> Mapping[str, Any]:
     never both (a literal next to ``valueFrom`` is dropped)."""
     value_from = var.get("valueFrom")
     if value_from is None:
-        return var if "value" in var or len(var) == 1 else {"name": var["name"]}
+        return var
     source: dict[str, Any] = {}
     if is_mapping(value_from):
         for kind, fields in _VALUE_FROM:
@@ -73,10 +73,12 @@ def trainer_env_var(var: Mapping[str, Any]) -> Mapping[str, Any]:
 def _trainer_env(raw: Any, path: tuple[PathPart, ...], rec: Recorder) -> list[Mapping[str, Any]]:
     out: list[Mapping[str, Any]] = []
     for var in valid_env(raw, path, rec):
-        at = (*path, Key("name", var["name"]))
-        rec.typed(var.get("valueFrom"), Mapping, (*at, "valueFrom"))
-        rec.typed(var.get("value"), str, (*at, "value"))
-        out.append(trainer_env_var(var))
+        value, value_from = var.get("value"), var.get("valueFrom")
+        if value is not None and type(value) is not str:
+            rec.typed(value, str, (*path, Key("name", var["name"]), "value"))
+        if value_from is not None and not is_mapping(value_from):
+            rec.typed(value_from, Mapping, (*path, Key("name", var["name"]), "valueFrom"))
+        out.append(var if value_from is None else trainer_env_var(var))
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from mpigate.config import parse_quantity
@@ -38,6 +39,10 @@ OPENMPI_RESERVED_ENV = (
 )
 
 
+# The same few quantities recur in every job: parse each once (a pure function of the string).
+_quantity = lru_cache(maxsize=1024)(parse_quantity)
+
+
 def gpu_count(resources: Mapping[str, Any]) -> int:
     """Trainer's ``GetNumGPUPerNode`` (``pkg/runtime/runtime.go``): the GPUs in the requests, else in
     the limits, of the first resource whose name contains ``gpu`` (any case), rounded up as
@@ -48,8 +53,9 @@ def gpu_count(resources: Mapping[str, Any]) -> int:
         name = min((n for n in values if isinstance(n, str) and "gpu" in n.lower()), default=None)
         if name is None:
             continue
+        value = values[name]
         try:
-            count = parse_quantity(values[name])
+            count = _quantity(value) if type(value) in (str, int) else parse_quantity(value)
         except (ValueError, TypeError, ZeroDivisionError, OverflowError):
             return 0
         gpus = -(-count.numerator // count.denominator)

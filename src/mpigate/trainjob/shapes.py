@@ -234,22 +234,31 @@ def checked(value: Any, shape: Shape, path: tuple[PathPart, ...], rec: Recorder)
 def _check(value: Any, shape: Shape, path: tuple[PathPart, ...], rec: Recorder) -> Any:
     if value is None:
         return value
-    if isinstance(shape, str):
-        if shape == "any":
+    if type(shape) is str:
+        # Exact type tests first (decoded JSON holds only plain types): one per field on the
+        # admission path, for every field of every runtime patch.
+        kind = type(value)
+        if (
+            (shape == STR and kind is str)
+            or (shape == BOOL and kind is bool)
+            or (shape == INT and kind is int)
+            or (shape == OBJ and kind is dict)
+            or shape == "any"
+        ):
             return value
         if shape == OBJ:
             return value if is_mapping(value) else _wrong(value, shape, path, rec)
-        kinds = _SCALARS[shape]
-        ok = isinstance(value, kinds) and (shape == BOOL or not isinstance(value, bool))
+        ok = isinstance(value, _SCALARS[shape]) and (shape == BOOL or not isinstance(value, bool))
         return value if ok else _wrong(value, shape, path, rec)
-    if is_mapping(shape):
+    if type(shape) is dict or is_mapping(shape):
         if not is_mapping(value):
             return _wrong(value, OBJ, path, rec)
         changed: dict[str, Any] | None = None
-        for key, sub in shape.items():
-            if key not in value:
+        # The value's keys (a patch sets few) rather than the shape's (a pod spec has dozens).
+        for key, field_value in value.items():
+            sub = shape.get(key)
+            if sub is None:
                 continue
-            field_value: Any = value[key]
             out = _check(field_value, sub, (*path, key), rec)
             if out is not field_value:
                 if changed is None:
