@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from mpigate.trainjob import Resolution, resolve, strategic_merge
+from mpigate.trainjob import MERGE_KEYS, Resolution, resolve, strategic_merge
 
 Leaf = tuple[tuple[str, ...], Mapping[str, Any]]
 
@@ -109,7 +109,12 @@ def fragment(schema: Mapping[str, Any], path: tuple[str, ...], value: Any) -> An
             if element is ABSENT:
                 element = {}
             if isinstance(element, dict):
-                for key in node.get("x-kubernetes-list-map-keys", ()):
+                # the CRD's list-map keys, and the strategic-merge key of the list (an item
+                # without it merges nowhere and is refused)
+                keys = list(node.get("x-kubernetes-list-map-keys", ()))
+                if parent in MERGE_KEYS and MERGE_KEYS[parent] not in keys:
+                    keys.append(MERGE_KEYS[parent])
+                for key in keys:
                     if key not in element:
                         seed = _KEY_SEEDS.get((parent, key))
                         element[key] = (

@@ -229,3 +229,39 @@ def test_the_flux_plugin_adds_its_installer_whose_image_a_trainjob_can_choose() 
         "/etc/flux-config/entrypoint.sh",
         "lmp -in in.lj",
     ]
+
+
+def test_a_patch_container_without_a_name_is_refused_not_dropped() -> None:
+    """A keyed list item without its key (a container, env entry or volume without a name) merges
+    nowhere: it is a problem naming the item, never silently left out."""
+    patch = {
+        "manager": "a.example/x",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "launcher",
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "spec": {
+                                            "containers": [{"securityContext": {"privileged": True}}],
+                                            "volumes": [{"hostPath": {"path": "/"}}],
+                                        }
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    resolution = run("mpi-gpu8", {}, runtimePatches=[patch])
+    malformed = {p.path for p in resolution.problems if p.malformed}
+    base = (
+        "spec.runtimePatches[manager=a.example/x].trainingRuntimeSpec.template.spec.replicatedJobs[name=launcher]"
+        ".template.spec.template.spec"
+    )
+    assert malformed == {f"{base}.containers[0].name", f"{base}.volumes[0].name"}

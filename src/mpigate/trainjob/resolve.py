@@ -152,6 +152,7 @@ def resolve(
         _check_mpi(trainer, fields, ml, docs, rec)
     slots = _slots(ml, trainer, fields.resources, docs, ancestors, rec)
     flux = ml is not None and ml.kind == "flux"
+    flux_image = ("", False)
     if flux:
         flux_image, fields = _flux(fields, docs, ancestors, bool(trainer))
 

@@ -295,6 +295,11 @@ def _check(value: Any, shape: Shape, path: tuple[PathPart, ...], rec: Recorder) 
         result: Any
         if element is None:
             result = _wrong(element, item_shape if isinstance(item_shape, str) else OBJ, (*path, at), rec)
+        elif key_field and is_mapping(element) and not isinstance(name, str):
+            # A keyed item without its key merges nowhere (strategic merge refuses it): refused,
+            # not silently left out.
+            rec.malformed((*path, index, key_field), f"each item needs a string {key_field}")
+            result = _DROP
         else:
             result = _check(element, item_shape, (*path, at), rec)
         if result is not element:
