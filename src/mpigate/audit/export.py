@@ -8,7 +8,6 @@ state: its latest ``validate`` decision in the window).
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -16,6 +15,7 @@ from typing import IO, Any
 
 import yaml
 
+from mpigate._csv import SafeCsvWriter
 from mpigate.catalogue import all_rules
 
 from ._canonical import parse_time
@@ -102,8 +102,9 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def csv_row(entry: AuditEntry) -> list[str]:
-    """One CSV row (see :data:`CSV_COLUMNS`); lists are ``;``-separated and sorted."""
+def csv_row(entry: AuditEntry) -> list[Any]:
+    """One CSV row (see :data:`CSV_COLUMNS`); lists are ``;``-separated and sorted. The values are
+    raw: :class:`mpigate._csv.SafeCsvWriter` turns them into safe cells."""
     record = entry.record
     request = _mapping(record.get("request"))
     obj = _mapping(record.get("object"))
@@ -146,12 +147,13 @@ def csv_row(entry: AuditEntry) -> list[str]:
         "revision": record.get("revision"),
         "hash": entry.hash,
     }
-    return [_text(values[c]) for c in CSV_COLUMNS]
+    return [values[c] for c in CSV_COLUMNS]
 
 
 def export_csv(entries: Iterable[AuditEntry], out: IO[str]) -> int:
-    """CSV with a header row of :data:`CSV_COLUMNS` (``\\n`` line ends, RFC 4180 quoting)."""
-    writer = csv.writer(out, lineterminator="\n")
+    """CSV with a header row of :data:`CSV_COLUMNS` (``\\n`` line ends, RFC 4180 quoting), every
+    cell defused against spreadsheet formulas (names and messages are the tenants' text)."""
+    writer = SafeCsvWriter(out)
     writer.writerow(CSV_COLUMNS)
     count = 0
     for entry in entries:

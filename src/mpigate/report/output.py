@@ -8,7 +8,6 @@ that a spreadsheet would take for a formula.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import re
@@ -21,6 +20,7 @@ from typing import Any
 import jinja2
 
 from mpigate import __version__
+from mpigate._csv import SafeCsvWriter
 
 from .assess import STATUSES
 from .charts import PALETTE, report_charts
@@ -1176,28 +1176,13 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         )
 
 
-_FORMULA = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    text = str(value)
-    # A cell a spreadsheet would evaluate (CSV injection): keep the text, stop the formula.
-    return "'" + text if text.startswith(_FORMULA) else text
-
-
 def render_csv(report: Mapping[str, Any]) -> str:
     """CSV with a header row of :data:`CSV_COLUMNS` (``\\n`` line ends, RFC 4180 quoting)."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = SafeCsvWriter(buffer)  # the project's one CSV writer: cells defused against formulas
     writer.writerow(CSV_COLUMNS)
     for row in csv_rows(report):
-        writer.writerow([_cell(row.get(c)) for c in CSV_COLUMNS])
+        writer.writerow(row.get(c) for c in CSV_COLUMNS)
     return buffer.getvalue()
 
 
