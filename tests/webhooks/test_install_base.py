@@ -15,6 +15,8 @@ from mpigate.render import read_objects
 from tests.conftest import REPO
 
 WEBHOOKS = REPO / "webhooks"
+RELEASE_WEBHOOK = "validate.release.mpigate.io"
+IDENTITY_CONDITIONS = ("not-a-node", "not-a-system-identity", "not-kube-system", "not-a-job-controller")
 
 
 def _objects() -> list[dict]:
@@ -65,7 +67,13 @@ def test_webhook_paths_operations_and_resources_match_the_server_routes() -> Non
             "port": 443,
         }
         for rule in webhook["rules"]:
-            assert rule["operations"] == list(routes.WEBHOOK_OPERATIONS[role])
+            # the release entry takes only DELETE and (suspend) UPDATE: see the outage tests below
+            release = webhook["name"] == RELEASE_WEBHOOK
+            assert (
+                set(rule["operations"]) <= set(routes.WEBHOOK_OPERATIONS[role])
+                if release
+                else (rule["operations"] == list(routes.WEBHOOK_OPERATIONS[role]))
+            )
             for group in rule["apiGroups"]:
                 for version in rule["apiVersions"]:
                     for resource in rule["resources"]:
@@ -129,14 +137,16 @@ def test_webhook_settings() -> None:
     for role, webhook in _webhooks():
         assert webhook["sideEffects"] == "None"
         assert webhook["admissionReviewVersions"] == ["v1"]
-        assert webhook["failurePolicy"] == "Fail"
+        assert webhook["failurePolicy"] == ("Ignore" if webhook["name"] == RELEASE_WEBHOOK else "Fail")
         assert webhook["timeoutSeconds"] > 2  # the server answers within its 2 s deadline
         if role == "mutate":
             assert webhook["reinvocationPolicy"] == "IfNeeded"
-        namespaced = all(r["scope"] == "Namespaced" for r in webhook["rules"])
+        namespaced = any(r["scope"] == "Namespaced" for r in webhook["rules"])
         selector = webhook.get("namespaceSelector", {}).get("matchExpressions", [])
         if namespaced:
-            assert any(e["key"] == "mpigate.io/team" for e in selector), webhook["name"]
+            assert any(e["key"] in ("mpigate.io/team", "kubernetes.io/metadata.name") for e in selector), (
+                webhook["name"]
+            )
         else:
             assert selector == [], "namespaceSelector does not apply to cluster-scoped resources"
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
@@ -252,6 +262,129 @@ def test_match_conditions_exclude_system_identities_but_keep_pipelines(
 ) -> None:
     request = _request(username, groups)
     for _, webhook in _webhooks():
-        results = [cel.evaluate(c["expression"], {"request": request}) for c in webhook["matchConditions"]]
+        conditions = [c for c in webhook["matchConditions"] if c["name"] in IDENTITY_CONDITIONS]
+        assert [c["name"] for c in conditions] == list(IDENTITY_CONDITIONS), webhook["name"]
+        results = [cel.evaluate(c["expression"], {"request": request}) for c in conditions]
         assert all(isinstance(r, bool) for r in results)
         assert all(results) is judged, (webhook["name"], username, results)
+
+
+# ---------------------------------------------------------------------- outage scope (issue 18 item 8)
+
+SYSTEM_NAMESPACES = (
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "mpigate-system",
+    "kueue-system",
+    "kubeflow-system",
+)
+
+
+def _selects(selector: dict | None, labels: dict[str, str]) -> bool:
+    for expr in (selector or {}).get("matchExpressions", []):
+        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+        if (op == "Exists" and key not in labels) or (op == "DoesNotExist" and key in labels):
+            return False
+        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and labels.get(key) in values):
+            return False
+    return True
+
+
+QUEUE = {"kueue.x-k8s.io/queue-name": "q"}
+REQUEUED = {"kueue.x-k8s.io/queue-name": "other"}
+PATCHED = [{"manager": "acme.example/debug"}]
+RUNTIME = {"spec": {}}
+CHANGED = {"spec": {"x": 1}}
+
+
+def _job(suspend: bool | None = None, patches: list | None = None, labels: dict | None = None) -> dict:
+    spec: dict = {"runtimeRef": {"name": "mpi-openmpi-gpu"}, "trainer": {"numNodes": 2}}
+    if suspend is not None:
+        spec["suspend"] = suspend
+    if patches is not None:
+        spec["runtimePatches"] = patches
+    metadata = {"name": "llm", "namespace": "nlp-team", "labels": labels or QUEUE, "annotations": {"a": "1"}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": metadata,
+        "spec": spec,
+    }
+
+
+def _validators_called(
+    operation: str, resource: str, old: dict | None, new: dict | None, namespace_labels: dict[str, str]
+) -> list[dict]:
+    """The validating webhooks the API server calls for a request by a data scientist."""
+    request = {
+        "operation": operation,
+        "userInfo": {"username": "maria", "groups": ["nlp-team-scientists", "system:authenticated"]},
+        "resource": {"group": "trainer.kubeflow.org", "version": "v1alpha1", "resource": resource},
+    }
+    called = []
+    for role, webhook in _webhooks():
+        if role != "validate":
+            continue
+        rules = [r for r in webhook["rules"] if operation in r["operations"] and resource in r["resources"]]
+        if not rules:
+            continue
+        cluster = all(r["scope"] == "Cluster" for r in rules)
+        if not cluster and not _selects(webhook.get("namespaceSelector"), namespace_labels):
+            continue
+        variables = {"request": request, "object": new, "oldObject": old}
+        if all(cel.evaluate(c["expression"], variables) is True for c in webhook["matchConditions"]):
+            called.append(webhook)
+    return called
+
+
+TEAM_NS = {"mpigate.io/team": "nlp-team", "kubernetes.io/metadata.name": "nlp-team"}
+OTHER_NS = {"kubernetes.io/metadata.name": "scratch"}
+
+
+@pytest.mark.parametrize(
+    ("case", "operation", "resource", "old", "new", "namespace", "blocks"),
+    [
+        ("create", "CREATE", "trainjobs", None, _job(), TEAM_NS, True),
+        ("create outside teams", "CREATE", "trainjobs", None, _job(), OTHER_NS, True),
+        ("re-queue", "UPDATE", "trainjobs", _job(), _job(labels=REQUEUED), TEAM_NS, True),
+        ("resume", "UPDATE", "trainjobs", _job(suspend=True), _job(suspend=False), TEAM_NS, True),
+        ("patch while suspended", "UPDATE", "trainjobs", _job(True), _job(True, PATCHED), TEAM_NS, True),
+        ("suspend and patch", "UPDATE", "trainjobs", _job(False), _job(True, PATCHED), TEAM_NS, True),
+        ("suspend and re-queue", "UPDATE", "trainjobs", _job(), _job(True, labels=REQUEUED), TEAM_NS, True),
+        ("runtime update", "UPDATE", "trainingruntimes", RUNTIME, CHANGED, TEAM_NS, True),
+        ("cluster runtime update", "UPDATE", "clustertrainingruntimes", RUNTIME, CHANGED, {}, True),
+        ("suspend", "UPDATE", "trainjobs", _job(suspend=False), _job(suspend=True), TEAM_NS, False),
+        ("suspend (field unset before)", "UPDATE", "trainjobs", _job(), _job(suspend=True), TEAM_NS, False),
+        ("suspend outside teams", "UPDATE", "trainjobs", _job(), _job(suspend=True), OTHER_NS, False),
+        ("delete", "DELETE", "trainjobs", _job(), None, TEAM_NS, False),
+        ("delete outside teams", "DELETE", "trainjobs", _job(), None, OTHER_NS, False),
+        ("delete runtime", "DELETE", "trainingruntimes", RUNTIME, None, TEAM_NS, False),
+        ("delete cluster runtime", "DELETE", "clustertrainingruntimes", RUNTIME, None, {}, False),
+    ],
+)  # fmt: skip
+def test_an_outage_blocks_only_what_mpigate_judges(
+    case: str,
+    operation: str,
+    resource: str,
+    old: dict | None,
+    new: dict | None,
+    namespace: dict,
+    blocks: bool,
+) -> None:
+    """While the webhook is down, a request is refused only if a failurePolicy: Fail webhook is
+    called for it. DELETE and an UPDATE that only suspends a TrainJob release resources and are never
+    denied, so they fail open — and are still recorded (by a fail-open webhook) while it is up."""
+    called = _validators_called(operation, resource, old, new, namespace)
+    assert len(called) == 1, f"{case}: recorded by {[w['name'] for w in called]}"
+    assert called[0]["failurePolicy"] == ("Fail" if blocks else "Ignore"), (case, called[0]["name"])
+
+
+def test_the_fail_closed_webhooks_exclude_exactly_what_the_release_webhook_takes() -> None:
+    validating = _one("ValidatingWebhookConfiguration", "mpigate")["webhooks"]
+    [release] = [w for w in validating if w["name"] == RELEASE_WEBHOOK]
+    takes = next(c["expression"] for c in release["matchConditions"] if c["name"] == "a-release")
+    for webhook in validating:
+        if webhook is not release:
+            leaves = next(c["expression"] for c in webhook["matchConditions"] if c["name"] == "not-a-release")
+            assert leaves == f"!({takes})", webhook["name"]

@@ -44,7 +44,8 @@ RESOURCES: Final = (
     ("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", True),
 )
 # Mutation happens on CREATE only (most of a TrainJob is immutable afterwards); validation sees
-# every operation so that UPDATE and DELETE are judged and audited.
+# every operation so that UPDATE and DELETE are judged and audited (the install base sends DELETE and
+# suspend-only UPDATEs, which are never denied, through a failurePolicy: Ignore entry).
 WEBHOOK_OPERATIONS: Final = {
     "mutate": ("CREATE",),
     "validate": ("CREATE", "UPDATE", "DELETE"),
