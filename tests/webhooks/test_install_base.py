@@ -361,6 +361,8 @@ OTHER_NS = {"kubernetes.io/metadata.name": "scratch"}
         ("delete outside teams", "DELETE", "trainjobs", _job(), None, OTHER_NS, False),
         ("delete runtime", "DELETE", "trainingruntimes", RUNTIME, None, TEAM_NS, False),
         ("delete cluster runtime", "DELETE", "clustertrainingruntimes", RUNTIME, None, {}, False),
+        ("create mpijob", "CREATE", "mpijobs", None, RUNTIME, TEAM_NS, True),
+        ("delete mpijob", "DELETE", "mpijobs", RUNTIME, None, OTHER_NS, False),
     ],
 )  # fmt: skip
 def test_an_outage_blocks_only_what_mpigate_judges(
