@@ -284,3 +284,16 @@ def test_the_report_verifies_with_the_witness(copy: Path) -> None:
     assert status["ok"] is True and status["witnessed"] is True and status["chainSetNote"] is None
     assert {c["state"] for c in status["chains"]} == {"verified"}
     assert all(c["witnessedSeq"] for c in report["inputs"]["chains"])
+
+
+def test_an_earlier_copy_of_a_chain_is_not_held_against_the_witness(copy: Path) -> None:
+    """An archive taken earlier holds the same chain shorter: the witness speaks about the live one."""
+    archive = copy / "archive" / "mpigate-webhook-0"
+    shutil.copytree(copy / "audit" / "mpigate-webhook-0", archive)
+    newest = list_segments(archive)[-1]
+    newest.write_bytes(b"".join(newest.read_bytes().splitlines(keepends=True)[:-3]))
+    args = ["audit", "verify", str(copy / "audit"), str(copy / "archive")]
+    args += ["--public-key", str(copy / "audit.pub"), "--k8s-audit", str(copy / "kube-audit.log")]
+    result = CliRunner().invoke(cli, args)
+    assert "witnessed-missing" not in result.output and "error" not in result.output, result.output
+    assert "2 verified, 1 unverifiable" in result.output  # the copy's end is not sealed

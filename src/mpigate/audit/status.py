@@ -124,9 +124,9 @@ def chain_status(report: ChainReport) -> ChainStatus:
             unverifiable,
         )
     since = through_time if through_seq else report.first_time
-    if through_seq == 0 and report.signatures == "unchecked":
+    if report.signatures == "unchecked":
         reason = "signatures not checked: pass --key or --public-key"
-    elif through_seq == 0 and report.signatures == "unsigned":
+    elif report.signatures == "unsigned":
         reason = "the writer had no signing key"
     elif unverifiable:
         reason = "no signed checkpoint after them"

@@ -154,13 +154,20 @@ def apply_witness(reports: Iterable[ChainReport], witness: Witness) -> list[Chai
     """Check each chain against what the witness saw, and add a report for every chain the
     witness names that was not read (deleted). The reports must be complete."""
     out = list(reports)
-    read = {r.chain for r in out}
+    # A chain read from two directories (an archived copy and the live one): the witness speaks
+    # about its end, so it is checked against the copy that reaches furthest.
+    furthest: dict[str, ChainReport] = {}
     for report in out:
         report.witness_given = True
         report.witness_end = witness.end
-        sighting = witness.newest.get(report.chain)
+        known = furthest.get(report.chain)
+        if known is None or (report.last_seq or 0) > (known.last_seq or 0):
+            furthest[report.chain] = report
+    for chain, report in furthest.items():
+        sighting = witness.newest.get(chain)
         if sighting is not None:
-            _check(report, sighting, witness.conflicts.get(report.chain))
+            _check(report, sighting, witness.conflicts.get(chain))
+    read = set(furthest)
     for chain in sorted(set(witness.newest) - read):
         sighting = witness.newest[chain]
         missing = ChainReport(chain=chain, directory="", complete=True)
