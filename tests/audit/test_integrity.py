@@ -21,7 +21,7 @@ from mpigate.audit.layout import list_segments
 from mpigate.audit.reader import verify_chain
 from mpigate.cli import cli
 
-from .conftest import HMAC_SECRET, entry, lines_of
+from .conftest import HMAC_SECRET, QUIET, entry, lines_of
 
 
 def _denial(i: int) -> dict[str, Any]:
@@ -30,6 +30,7 @@ def _denial(i: int) -> dict[str, Any]:
 
 def _write(root: Path, chain: str, records: int, **options: Any) -> Path:
     signer = options.pop("signer", HmacSigner(HMAC_SECRET))
+    options.setdefault("checkpoint_interval_seconds", QUIET)
     with AuditLog.open(
         root, chain=chain, source="webhook", signer=signer, options=WriterOptions(**options)
     ) as log:
