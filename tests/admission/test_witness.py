@@ -297,3 +297,19 @@ def test_an_earlier_copy_of_a_chain_is_not_held_against_the_witness(copy: Path) 
     result = CliRunner().invoke(cli, args)
     assert "witnessed-missing" not in result.output and "error" not in result.output, result.output
     assert "2 verified, 1 unverifiable" in result.output  # the copy's end is not sealed
+
+
+def test_an_emptied_audit_directory_is_found_by_the_witness(copy: Path) -> None:
+    for chain in list((copy / "audit").iterdir()):
+        shutil.rmtree(chain)
+    result = _verify(copy)
+    assert result.exit_code == 1, result.output
+    assert result.output.count("error missing-chain") == 2
+
+
+def test_a_witness_without_positions_says_so(copy: Path) -> None:
+    events = [e for e in _events(copy) if "annotations" not in e]
+    (copy / "kube-audit.log").write_text("".join(json.dumps(e) + "\n" for e in events))
+    result = _verify(copy)
+    assert "holds no mpigate record positions" in result.output
+    assert "note: the set of chains is not witnessed" in result.output  # it vouched for nothing

@@ -152,8 +152,11 @@ def record_at(chain_dir: Path, seq: int) -> _Found | None:
 
 def apply_witness(reports: Iterable[ChainReport], witness: Witness) -> list[ChainReport]:
     """Check each chain against what the witness saw, and add a report for every chain the
-    witness names that was not read (deleted). The reports must be complete."""
+    witness names that was not read (deleted). The reports must be complete. A witness that saw no
+    position at all vouches for nothing: the reports stay as they were (unwitnessed)."""
     out = list(reports)
+    if not witness.positions:
+        return out
     # A chain read from two directories (an archived copy and the live one): the witness speaks
     # about its end, so it is checked against the copy that reaches furthest.
     furthest: dict[str, ChainReport] = {}

@@ -180,7 +180,8 @@ def verify_command(
         sys.exit(0 if manifests_ok else 1)
     witness = _read_witness(k8s_files) if k8s_files else None
     reading = read_chains(directories, keyring)
-    if not reading.readers:
+    if not reading.readers and (witness is None or not witness.newest):
+        # (with a witness that names chains, an empty directory means they were all deleted)
         raise click.UsageError(
             f"no audit chains (directories with *.jsonl segments) under {', '.join(directories)}"
         )
@@ -196,6 +197,13 @@ def verify_command(
                 f"witness: {witness.positions} chain position(s) of {len(witness.newest)} chain(s) in "
                 f"{len(k8s_files)} API-server audit log(s), newest event {witness.end or '-'}"
             )
+            if not witness.positions:
+                click.secho(
+                    "warning: the API server's audit log holds no mpigate record positions (is the "
+                    "webhook run with --audit-dir, and does the audit policy log TrainJob writes at "
+                    "level Metadata or above?): it witnesses nothing",
+                    fg="yellow",
+                )
             if witness.malformed:
                 click.secho(
                     f"warning: {witness.malformed} record annotation(s) are no chain position, first "
