@@ -14,24 +14,14 @@ from mpigate.policy.demand import WELL_KNOWN_GPUS, build_demand
 from mpigate.trainjob import Resolution, resolve, resolve_runtime
 from tests.conftest import FIXTURES
 
+from .test_resolve import job
+
 RUNTIMES = {
     doc["metadata"]["name"]: doc
     for doc in yaml.safe_load_all(
         (FIXTURES / "trainjob" / "fidelity-runtimes.yaml").read_text(encoding="utf-8")
     )
 }
-
-
-def job(runtime: str, trainer: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": "j", "namespace": "team-a"},
-        "spec": {"runtimeRef": {"name": runtime}, **spec},
-    }
-    if trainer is not None:
-        out["spec"]["trainer"] = trainer
-    return out
 
 
 def run(runtime: str, trainer: dict[str, Any] | None = None, **spec: Any) -> Resolution:

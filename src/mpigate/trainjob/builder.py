@@ -19,7 +19,7 @@ from typing import Any
 from .jsontypes import is_mapping
 from .model import NODE, Layer, Problem
 from .paths import Key, PathPart, format_path
-from .pods import upsert_env, upserted_env
+from .pods import container, upsert_env, upserted_env
 from .reading import Recorder, valid_env
 
 __all__ = [
@@ -90,7 +90,6 @@ class TrainerFields:
     command: list[Any] | None = None
     args: list[Any] | None = None
     env: tuple[Mapping[str, Any], ...] = ()
-    env_given: bool = False
     resources: Mapping[str, Any] | None = None
 
     @property
@@ -139,13 +138,11 @@ def _resources(value: Any, path: tuple[PathPart, ...], rec: Recorder) -> Mapping
 def read_trainer(trainer: Mapping[str, Any], rec: Recorder) -> TrainerFields:
     """The container fields of ``spec.trainer``; wrong types are problems and read as absent."""
     base: tuple[PathPart, ...] = ("spec", "trainer")
-    raw_env = trainer.get("env")
     return TrainerFields(
         image=rec.typed(trainer.get("image"), str, (*base, "image")),
         command=_string_list(trainer.get("command"), (*base, "command"), rec),
         args=_string_list(trainer.get("args"), (*base, "args"), rec),
-        env=tuple(_trainer_env(raw_env, (*base, "env"), rec)),
-        env_given=raw_env is not None,
+        env=tuple(_trainer_env(trainer.get("env"), (*base, "env"), rec)),
         resources=_resources(trainer.get("resourcesPerNode"), (*base, "resourcesPerNode"), rec),
     )
 
@@ -230,7 +227,7 @@ def apply_initializer(
     if not is_mapping(source):
         rec.typed(source, Mapping, base)
         return None
-    target = _named(pod, container_name)
+    target = container(pod, container_name)
     if target is None:  # pragma: no cover - checked by the caller
         return None
     env: list[Mapping[str, Any]] = []
@@ -283,16 +280,6 @@ def _unseen_locations(
                 advisory=True,
             )
         )
-
-
-def _named(pod: dict[str, Any], name: str) -> dict[str, Any] | None:
-    spec = pod.get("spec")
-    items = spec.get("containers") if isinstance(spec, dict) else None
-    if isinstance(items, list):
-        for item in items:
-            if isinstance(item, dict) and item.get("name") == name:
-                return item
-    return None
 
 
 def no_node_container(job: str, pod: Mapping[str, Any]) -> str:
