@@ -83,15 +83,24 @@ def make_log(tmp_path: Path, signer: HmacSigner) -> Iterator[Callable[..., Audit
         log.close()
 
 
-def write_chain(directory: Path, records: int, *, chain: str = "test-0", **options: Any) -> Path:
-    """A closed chain of ``records`` entries (plus genesis/checkpoints); returns the chain dir."""
+def write_chain(
+    directory: Path,
+    records: int,
+    *,
+    chain: str = "test-0",
+    make: Callable[[int], dict[str, Any]] | None = None,
+    **options: Any,
+) -> Path:
+    """A closed chain of ``records`` entries (``make(i)``, default :func:`entry`, plus genesis and
+    checkpoints); returns the chain dir."""
+    make = make or entry
     signer = options.pop("signer", HmacSigner(HMAC_SECRET))
     options.setdefault("checkpoint_interval_seconds", QUIET)
     with AuditLog.open(
         directory, chain=chain, source="webhook", signer=signer, options=WriterOptions(**options)
     ) as log:
         for i in range(records):
-            log.append(entry(i))
+            log.append(make(i))
     return directory / chain
 
 

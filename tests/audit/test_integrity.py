@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from mpigate.audit import AuditLog, HmacSigner, KeyRing, WriterOptions, load_signer
+from mpigate.audit import AuditLog, HmacSigner, KeyRing, load_signer
 from mpigate.audit._canonical import canonical_bytes, record_hash
 from mpigate.audit.layout import list_segments
 from mpigate.audit.reader import verify_chain
 from mpigate.cli import cli
 
-from .conftest import HMAC_SECRET, QUIET, entry, lines_of
+from .conftest import HMAC_SECRET, entry, lines_of, write_chain
 
 
 def _denial(i: int) -> dict[str, Any]:
@@ -29,14 +29,7 @@ def _denial(i: int) -> dict[str, Any]:
 
 
 def _write(root: Path, chain: str, records: int, **options: Any) -> Path:
-    signer = options.pop("signer", HmacSigner(HMAC_SECRET))
-    options.setdefault("checkpoint_interval_seconds", QUIET)
-    with AuditLog.open(
-        root, chain=chain, source="webhook", signer=signer, options=WriterOptions(**options)
-    ) as log:
-        for i in range(records):
-            log.append(_denial(i))
-    return root / chain
+    return write_chain(root, records, chain=chain, make=_denial, **options)
 
 
 def _records(chain: Path) -> list[dict[str, Any]]:
