@@ -519,14 +519,24 @@ PAGES: dict[str, Page] = {
         example=Example(file="examples/trainjobs/deny-lifecycle.yaml"),
     ),
     "MPG-LIFE-003": Page(
-        what="On UPDATE, mpigate's runtime patch entry (`manager: mpigate.io/admission`) must stay "
-        "as it was set "
-        "on CREATE, and the queue label may only move between the team's own queues. Other rules report only "
-        "what an update introduces: a label change by Kueue is never denied for a pre-existing condition.",
-        why="Trainer lets suspended jobs change their runtime patches; removing mpigate's entry "
-        "would remove the "
-        "residency pinning and the team label.",
-        fix="Leave the entry alone; delete and re-create the job to change it.",
+        what="An UPDATE judges the whole new object like a CREATE; only a finding identical to one of "
+        "the stored object (same rule, path and value) is grandfathered, so a condition that predates the "
+        "update (a quota lowered since) does not block Kueue's suspend, while anything the update brings in "
+        "or makes worse is denied. MPG-LIFE-003 adds what only an UPDATE can do: mpigate's runtime patch "
+        "entry (`manager: mpigate.io/admission`) must stay as CREATE wrote it (and an entry under that "
+        "name that mpigate did not write is judged as a tenant's patch); the policy-carrying labels "
+        "(`kueue.x-k8s.io/queue-name`, `kueue.x-k8s.io/priority-class`, `mpigate.io/data-classification`, "
+        "`mpigate.io/cost-center`, `mpigate.io/team`, required labels, labels exceptions match on) keep "
+        "their admitted values unless `OrgPolicy.spec.updates.labelChanges` names the requester; and "
+        "nothing mpigate set on CREATE (queue and priority labels, the default runtime, the mirror, the "
+        "pinned OpenMPI ports) may be taken back. A job without a queue label is never grandfathered.",
+        why="Trainer lets suspended jobs change their runtime patches and Kueue ignores jobs without a "
+        "queue label: removing the label while suspended, then resuming, ran jobs outside every quota; "
+        "downgrading `phi` to `public` loosened residency and the network; a new cost center redirected "
+        "chargeback. Kueue itself never changes these labels on UPDATE (it writes only `spec.suspend` and "
+        "its own `kueue.x-k8s.io/manager` patch entry).",
+        fix="Leave the entry and the labels alone; delete and re-create the job to change them, or ask "
+        "someone `updates.labelChanges` names (e.g. the team admin, to re-queue a suspended job).",
         example=Example(file="examples/trainjobs/minimal.yaml", old={"queue": "nlp-team"}),
     ),
     "MPG-LIFE-004": Page(

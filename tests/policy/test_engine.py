@@ -443,14 +443,20 @@ def test_update_reports_only_what_the_update_introduces(org: Config) -> None:
         )
     )
     assert decide(org, kueue, operation="UPDATE", old=stored).allowed
-    # a pre-existing violation (the quota was lowered since creation) does not block a label change
+    # a pre-existing violation (the quota was lowered since creation) does not block a label
+    # change by someone the org lets change it (team admins, policies/org.yaml) ...
     big = json.loads(json.dumps(stored))
     big["spec"]["trainer"]["numNodes"] = 4
     big["spec"]["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"] = 8
     relabelled = json.loads(json.dumps(big))
     relabelled["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "urgent"
-    update = decide(org, relabelled, operation="UPDATE", old=big)
+    update = decide(org, relabelled, operation="UPDATE", old=big, user="lena@acme.example")
     assert update.allowed and update.patch == ()
+    # ... but a data scientist may not re-prioritise, and a bigger job is a new finding
+    assert ids(decide(org, relabelled, operation="UPDATE", old=big), denying=True) == {"MPG-LIFE-003"}
+    bigger = json.loads(json.dumps(big))
+    bigger["spec"]["trainer"]["numNodes"] = 5
+    assert "MPG-Q001" in ids(decide(org, bigger, operation="UPDATE", old=big), denying=True)
     # changing mpigate's entry, or moving to another team's queue, is MPG-LIFE-003
     tampered = json.loads(json.dumps(stored))
     tampered["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"].pop()

@@ -21,6 +21,7 @@ from .model import (
     Flavor,
     GPUQuota,
     ImagePolicy,
+    LabelChangeGrant,
     LifecyclePolicy,
     Members,
     Mode,
@@ -37,6 +38,7 @@ from .model import (
     Team,
     TeamAccess,
     TeamNetwork,
+    UpdatePolicy,
 )
 from .problems import Location, Problem
 from .units import parse_duration, parse_quantity
@@ -138,6 +140,17 @@ def _org(entry: Entry) -> OrgPolicy:
             {k: cast(Mode, v) for k, v in spec["enforcement"]["overrides"].items()},
         ),
         source=_loc(entry),
+        updates=UpdatePolicy(
+            tuple(
+                LabelChangeGrant(
+                    frozenset(g["labels"]),
+                    frozenset(g["personas"]),
+                    frozenset(g["users"]),
+                    frozenset(g["groups"]),
+                )
+                for g in spec["updates"]["labelChanges"]
+            )
+        ),
     )
 
 

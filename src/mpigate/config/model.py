@@ -28,6 +28,7 @@ __all__ = [
     "Flavor",
     "GPUQuota",
     "ImagePolicy",
+    "LabelChangeGrant",
     "LifecyclePolicy",
     "Members",
     "Mode",
@@ -44,6 +45,7 @@ __all__ = [
     "Team",
     "TeamAccess",
     "TeamNetwork",
+    "UpdatePolicy",
 ]
 
 Mode = Literal["enforce", "warn", "audit"]
@@ -115,6 +117,24 @@ class LifecyclePolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class LabelChangeGrant:
+    """Who may change the ``labels`` of an admitted TrainJob: members of the job's team holding one
+    of ``personas``, or requesters named by ``users``/``groups`` (OrgPolicy ``updates.labelChanges``)."""
+
+    labels: frozenset[str]
+    personas: frozenset[str]
+    users: frozenset[str]
+    groups: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePolicy:
+    """What may change on UPDATE (OrgPolicy ``updates``); nothing by default."""
+
+    label_changes: tuple[LabelChangeGrant, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class AuditSettings:
     sink: str
     directory: str
@@ -175,6 +195,7 @@ class OrgPolicy:
     audit: AuditSettings
     enforcement: Enforcement
     source: Location
+    updates: UpdatePolicy = field(default_factory=UpdatePolicy)
 
     def runtime_approval(self, name: str, kind: str) -> RuntimeApproval | None:
         for approval in self.runtimes:

@@ -8,7 +8,7 @@ instead of raising.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mpigate.config import Config
@@ -18,9 +18,11 @@ from mpigate.trainjob.jsontypes import is_mapping
 
 from .decision import LiveContext, Operation
 from .shapes import TRAINJOB, JobShape
+from .decision import LiveContext, Operation, UserInfo
 
 __all__ = [
     "CLASSIFICATION_LABEL",
+    "COST_CENTER_LABEL",
     "PRIORITY_LABEL",
     "QUEUE_LABEL",
     "TEAM_LABEL",
@@ -36,6 +38,8 @@ __all__ = [
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 CLASSIFICATION_LABEL = "mpigate.io/data-classification"
+# Chargeback reads it (report/aggregate.py).
+COST_CENTER_LABEL = "mpigate.io/cost-center"
 TEAM_LABEL = "mpigate.io/team"
 
 
@@ -85,6 +89,12 @@ class JobContext:
     live: LiveContext | None
     #: Where this kind of job keeps the fields messages name (TrainJob or MPIJob).
     shape: JobShape = TRAINJOB
+    #: Who asked (the request's userInfo): personas decide service accounts and label changes.
+    requester: UserInfo = field(default_factory=UserInfo)
+    #: Managers whose runtime patch the rules may take as mpigate's own: mpigate's manager when its
+    #: entry is exactly what mpigate writes for the job (or unchanged since an admitted CREATE),
+    #: else none — a tenant's copy under mpigate's name is judged like any other patch.
+    trusted_managers: frozenset[str] = frozenset()
 
     @property
     def spec(self) -> Mapping[str, Any]:

@@ -7,13 +7,26 @@ CREATE of a TrainJob
     mutations are computed first (:mod:`mpigate.policy.mutation`), returned as one JSONPatch,
     and every rule then judges the *mutated* object, on its effective pods.
 UPDATE of a TrainJob
-    Most of a TrainJob is immutable after CREATE and Trainer refuses ``runtimePatches`` changes
-    unless the job is suspended; Kueue updates labels and its own patch entry. So an UPDATE is
-    never mutated, MPG-LIFE-003 guards mpigate's patch entry and the queue label, and the other
-    rules report only violations the update *introduces* (a finding whose rule and path were not
-    already present on the old object). A label-only change by Kueue is therefore never denied for
-    a pre-existing condition (for example a quota lowered since the job was created), while a
-    suspended job whose patches gain a privileged container is. MPG-Q007/Q008 run on CREATE only.
+    never mutated, and judged whole: every rule runs on the new object as on CREATE (MPG-Q007/Q008,
+    which count live admissions, and MPG-TEAM-001, whose namespace cannot change, excepted). Only a
+    finding *identical* to one of the stored object — same rule, path, message and hidden value
+    (:attr:`Finding.identity`) — is grandfathered, so a label-only change by Kueue is never denied
+    for a condition that predates it (a quota lowered since), while anything the update brings in
+    or makes worse is. A missing queue label is never grandfathered (Kueue would ignore the job).
+    MPG-LIFE-003 adds what only an UPDATE can do: mpigate's runtime patch entry must stay as CREATE
+    wrote it; the policy-carrying labels (queue, priority class, data classification, cost center,
+    team, required labels, labels exceptions match on) keep their admitted values unless OrgPolicy
+    ``updates.labelChanges`` names the requester (matched by userInfo and TeamAccess personas);
+    and what CREATE's mutation set (labels, default runtime, mirror, pinned ports) may not be taken
+    back, so the stored object stays what a CREATE would store. What Kueue writes on UPDATE —
+    ``spec.suspend`` and its own ``kueue.x-k8s.io/manager`` patch entry (Kueue:
+    pkg/controller/jobs/trainjob/trainjob_controller.go RunWithPodSetsInfo, Stop) — passes.
+mpigate's own runtime patch entry
+    The rules skip the entry under mpigate's manager name (it sets the team label, the region's
+    nodeSelector and security defaults) only when it is mpigate's: on CREATE, the entry mpigate
+    computes for the job (recomputed on ``judge`` and compared, ignoring Trainer's ``time``
+    stamp); on UPDATE, the stored object's entry, unchanged. An entry a tenant wrote under that name
+    (or two of them) is judged as a tenant's patch, and MPG-LIFE-003 denies it.
 MPIJobs (``kubeflow.org/v2beta1``)
     judged like TrainJobs on the Launcher and Worker pods the MPI Operator creates
     (:func:`mpigate.trainjob.mpijob.resolve_mpijob`); the rules name the MPIJob's own fields through
@@ -26,13 +39,14 @@ DELETE / CONNECT
 Runtimes
     ``ClusterTrainingRuntime``/``TrainingRuntime`` are judged on their own on CREATE/UPDATE:
     Pod Security on each replicated job's pod template, images, credentials in env, MPI sanity,
-    and (MPG-RT-001) that an approved name carries the reviewed manifest. UPDATE again reports
-    only what the update introduces (Trainer's finalizer updates must not be denied).
+    and (MPG-RT-001) that an approved name carries the reviewed manifest. UPDATE again grandfathers
+    only findings identical to the stored runtime's (Trainer's finalizer updates must not be denied).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from fractions import Fraction
@@ -52,10 +66,12 @@ from mpigate.trainjob import (
 )
 from mpigate.trainjob.jsontypes import is_mapping
 from mpigate.trainjob.mpijob import resolve_mpijob
+from mpigate.trainjob.paths import Key, PathPart, format_path
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 from .context import (
     CLASSIFICATION_LABEL,
+    QUEUE_LABEL,
     JobContext,
     RuntimeContext,
     as_int,
@@ -72,17 +88,18 @@ from .decision import (
     LiveContext,
     Mode,
     Operation,
+    UserInfo,
     Violation,
 )
 from .demand import build_demand, is_gpu
 from .findings import Finding, short_warning
-from .jsonpatch import diff
+from .jsonpatch import diff, unescape
 from .kinds import unrecognized
 from .mpijob import MPIJOB_PROBLEM_RULES, mutate_mpijob
-from .mutation import mutate
+from .mutation import build_patch_entry, mutate
 from .prepared import config_gpu_resources, config_image_refs, prepared_runtime
 from .rules.image import check_image_ref, check_images
-from .rules.lifecycle import check_lifecycle, check_update_guard
+from .rules.lifecycle import check_lifecycle, check_update_guard, own_patch_entry, same_patch_entry
 from .rules.network import check_network
 from .rules.quota import check_quota
 from .rules.residency import check_residency
@@ -100,6 +117,9 @@ JOB_KINDS = frozenset({"TrainJob", "MPIJob"})
 # Rule families whose violations also evidence the data classification's own controls.
 _CLASSIFICATION_FAMILIES = ("MPG-RES-", "MPG-NET-", "MPG-IMG-")
 _OWN_MANAGER = frozenset({MPIGATE_MANAGER})
+# Never grandfathered: a TrainJob without a queue label is ignored by Kueue (its
+# manageJobsWithoutQueueName defaults to false), so nothing would limit it once it runs.
+_QUEUE_PATH = f'metadata.labels["{QUEUE_LABEL}"]'
 
 
 def evaluate(
@@ -189,7 +209,9 @@ def mutations(
         team = config.team_for_namespace(namespace) if namespace else None
         patch: list[dict[str, Any]] = []
         if not unknown and request.operation == "CREATE":
-            ctx0, _ = _job_context(config, "CREATE", obj, namespace, name, team, live, exclude=_OWN_MANAGER)
+            ctx0, _ = _job_context(
+                config, "CREATE", obj, namespace, name, team, live, request.user, exclude=_OWN_MANAGER
+            )
             patch, _ = _mutation(ctx0, obj)
         return Decision(
             allowed=True,
@@ -261,23 +283,75 @@ def _trainjob(
     patch: list[dict[str, Any]] = []
     runtime: PreparedRuntime | None = None
     target: Mapping[str, Any] = obj
-    if request.operation == "CREATE" and mutate:
-        ctx0, runtime = _job_context(config, "CREATE", obj, namespace, name, team, live, exclude=_OWN_MANAGER)
-        patch, target = _mutation(ctx0, obj)
+    user = request.user
+    old = request.old_obj if request.operation == "UPDATE" and is_mapping(request.old_obj) else None
+    # Whether mpigate's own runtime patch entry may be taken as mpigate's (the rules then let it
+    # set the team label, the region's nodeSelector and the security defaults): on a CREATE that
+    # mpigate mutated here, it is the entry just computed; on a CREATE as received, only when it is
+    # exactly what mpigate computes for the job; on UPDATE, only when unchanged since the stored
+    # object (which was judged on CREATE). Anything else under mpigate's name is a tenant's patch.
+    trusted: frozenset[str] = _OWN_MANAGER
+    forged: Finding | None = None
+    if _own_entries(obj) > 1 and not (request.operation == "CREATE" and mutate):
+        # The API server refuses two entries with one manager (runtimePatches is a list-map keyed
+        # by manager); mpigate does not rely on it.
+        trusted = frozenset()
+        forged = _forged_entry("there is more than one entry under its name")
+    elif request.operation == "CREATE":
+        present = own_patch_entry(obj)
+        if mutate or present is not None:
+            ctx0, runtime = _job_context(
+                config, "CREATE", obj, namespace, name, team, live, user, exclude=_OWN_MANAGER
+            )
+            if mutate:
+                patch, target = _mutation(ctx0, obj)
+            elif present is not None:
+                expected = build_patch_entry(ctx0, ctx0.resolution) if ctx0.resolution is not None else None
+                if expected is None or not same_patch_entry(present[1], expected):
+                    trusted = frozenset()
+                    forged = _forged_entry(
+                        "mpigate writes no such entry for this job"
+                        if expected is None
+                        else "it is not the entry mpigate writes"
+                    )
+    elif old is not None:
+        before = own_patch_entry(old)
+        after = own_patch_entry(obj)
+        if after is not None and (before is None or not same_patch_entry(after[1], before[1])):
+            trusted = frozenset()
     # judge() and UPDATE: the object as received is the one judged, so its context is built once.
     ctx, runtime = _job_context(
-        config, request.operation, target, namespace, name, team, live, runtime=runtime
+        config, request.operation, target, namespace, name, team, live, user, runtime=runtime, trusted=trusted
     )
     demand = _demand(ctx)
     findings.extend(_trainjob_findings(ctx, demand))
+    if forged is not None:
+        findings.append(forged)
 
     notes: list[str] = []
-    if request.operation == "UPDATE" and is_mapping(request.old_obj):
-        old = request.old_obj
-        old_ctx, _ = _job_context(config, "UPDATE", old, namespace, name, team, live, runtime=runtime)
-        before = {(f.rule, f.path) for f in _trainjob_findings(old_ctx, _demand(old_ctx))}
-        findings = [f for f in findings if (f.rule, f.path) not in before]
+    if old is not None:
+        # UPDATE judges the whole new object; only a finding identical to one of the stored object
+        # (same rule, path, message and value) is grandfathered — a condition that predates the
+        # update (say, a quota lowered since) does not block Kueue's suspend, while anything the
+        # update brings in, or makes worse, is judged as on CREATE.
+        same_runtime = _runtime_ref(old) == _runtime_ref(obj)
+        old_ctx, _ = _job_context(
+            config,
+            "UPDATE",
+            old,
+            namespace,
+            name,
+            team,
+            live,
+            user,
+            runtime=runtime if same_runtime else None,
+            trusted=_OWN_MANAGER,
+        )
         findings.extend(_guarded("MPG-LIFE-003", lambda: check_update_guard(ctx, old)))
+        findings.extend(_guarded("MPG-LIFE-003", lambda: _kept_mutations(ctx, findings)))
+        before_ids = {f.identity for f in _trainjob_findings(old_ctx, _demand(old_ctx))}
+        before_ids.update(f.identity for f in _kept_mutations(old_ctx, ()))
+        findings = [f for f in findings if f.identity not in before_ids or f.path == _QUEUE_PATH]
     if ctx.resolution is not None:
         notes.extend(p.message for p in ctx.resolution.problems if p.advisory)
     if ctx.resolution is None and ctx.runtime_known:
@@ -311,6 +385,74 @@ def _mutation(ctx0: JobContext, obj: Mapping[str, Any]) -> tuple[list[dict[str, 
     return diff(obj, mutated), mutated
 
 
+def _runtime_ref(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return as_mapping(as_mapping(obj.get("spec")).get("runtimeRef"))
+
+
+def _own_entries(obj: Mapping[str, Any]) -> int:
+    patches = as_mapping(obj.get("spec")).get("runtimePatches")
+    if not isinstance(patches, list):
+        return 0
+    return sum(1 for p in patches if is_mapping(p) and p.get("manager") == MPIGATE_MANAGER)
+
+
+def _forged_entry(what: str) -> Finding:
+    return Finding(
+        "MPG-LIFE-003",
+        f"spec.runtimePatches[manager={MPIGATE_MANAGER}]",
+        f"an entry under mpigate's own manager name was not written by mpigate ({what}); it is judged "
+        "as a tenant's patch, and only the admission webhook writes that entry.",
+        f"Remove the {MPIGATE_MANAGER} entry (mpigate adds its own on CREATE), and put your own changes "
+        "under your own manager name.",
+        "runtime patch under mpigate's manager was not written by mpigate",
+    )
+
+
+def _kept_mutations(ctx: JobContext, already: Iterable[Finding]) -> list[Finding]:
+    """MPG-LIFE-003 on UPDATE: what mpigate sets on CREATE (queue and priority labels, the default
+    runtime, the mirror, the pinned OpenMPI ports) is still there — the stored object stays what a
+    CREATE would store. (mpigate's own runtime patch entry is guarded by :func:`check_update_guard`.)
+    ``already``: findings whose paths need no second one."""
+    target = ctx.obj
+    # An MPIJob's mutation writes into its pod templates (it has no runtime patch entry), so all of
+    # it is kept; a TrainJob's, without mpigate's entry.
+    mutated = mutate_mpijob(ctx, target, ctx.resolution) if ctx.shape is MPIJOB else mutate(ctx, target, None)
+    ops = diff(target, mutated)
+    if not ops:
+        return []
+    taken = {f.path for f in already if f.rule == "MPG-LIFE-003"}
+    out: list[Finding] = []
+    for op in ops:
+        parts: list[PathPart] = [
+            int(t) if t.isdigit() else t for t in (unescape(t) for t in str(op["path"]).split("/")[1:])
+        ]
+        value = op.get("value")
+        if parts and isinstance(parts[-1], int) and is_mapping(value) and isinstance(value.get("name"), str):
+            parts[-1] = Key("name", value["name"])
+        path = format_path(parts)
+        if path in taken:
+            continue
+        shown = _shown(value)
+        what = "is missing" if op["op"] == "add" else "differs"
+        out.append(
+            Finding(
+                "MPG-LIFE-003",
+                path,
+                f"{what}: mpigate sets {shown} on CREATE, and an update may not take back what the job "
+                "was admitted with.",
+                f"Restore {path} to {shown}.",
+                f"{path} {what} (mpigate sets it on CREATE)",
+                value=shown,
+            )
+        )
+    return out
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
 def _job_context(
     config: Config,
     operation: Operation,
@@ -319,13 +461,16 @@ def _job_context(
     name: str,
     team: Team | None,
     live: LiveContext | None,
+    requester: UserInfo,
     *,
     runtime: PreparedRuntime | None = None,
     exclude: frozenset[str] = frozenset(),
+    trusted: frozenset[str] = _OWN_MANAGER,
 ) -> tuple[JobContext, PreparedRuntime | None]:
     """The context of ``obj`` and its runtime, prepared (looked up unless ``runtime`` is given:
     the config's are prepared once per config, a live one once per evaluation). ``exclude``: the
-    managers whose runtime patches the resolution leaves out."""
+    managers whose runtime patches the resolution leaves out; ``trusted``: the managers whose
+    patch the rules may take as mpigate's own (see :class:`JobContext`)."""
     org = config.org
     labels = labels_of(obj)
     shape = MPIJOB if obj.get("kind") == "MPIJob" else TRAINJOB
@@ -388,6 +533,8 @@ def _job_context(
         require_digest_reason=reason,
         live=live,
         shape=shape,
+        requester=requester,
+        trusted_managers=trusted,
     )
     return ctx, runtime
 
@@ -519,7 +666,9 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
             team = ctx.team
             out += _guarded(
                 "MPG-SA-001",
-                lambda: check_service_accounts(resolution, team.name, config.service_accounts_of(team.name)),
+                lambda: check_service_accounts(
+                    resolution, team.name, config.service_accounts_of(team.name), ctx.trusted_managers
+                ),
             )
         out += _guarded(
             "MPG-IMG-001",
@@ -612,8 +761,8 @@ def _runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> Decis
     findings, notes = _runtime_findings(config, request, obj, namespace_opt, name)
     if request.operation == "UPDATE" and is_mapping(request.old_obj):
         old_findings, _ = _runtime_findings(config, request, request.old_obj, namespace_opt, name)
-        before = {(f.rule, f.path) for f in old_findings}
-        findings = [f for f in findings if (f.rule, f.path) not in before]
+        before = {f.identity for f in old_findings}
+        findings = [f for f in findings if f.identity not in before]
     exceptions = config.exceptions_for(team.name) if team else ()
     return _decide(
         config,

@@ -15,6 +15,9 @@ class Finding:
     """One rule hit: ``path`` as a user reads it, ``message`` with the numbers, ``fix`` what to do.
 
     ``short`` is the gist for ``response.warnings`` (the full text stays in the violation).
+    ``value`` identifies the offending value where the message does not show it (a digest of a
+    credential); it is never shown, only compared: on UPDATE a finding is grandfathered only when
+    the stored object has an :attr:`identity`-equal one.
     """
 
     rule: str
@@ -22,10 +25,17 @@ class Finding:
     message: str
     fix: str = ""
     short: str = ""
+    value: str = ""
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.rule, self.path, self.message)
+
+    @property
+    def identity(self) -> tuple[str, str, str, str]:
+        """Rule, path, message (which names the value) and the hidden value: what makes two
+        findings the same finding."""
+        return (self.rule, self.path, self.message, self.value)
 
 
 def short_warning(rule: str, text: str) -> str:

@@ -63,6 +63,16 @@ def check_org(c: Collector, tree: Tree) -> None:
     ):
         if parse_duration(text) < 1:
             c.error(org, path, f"{text} is no time at all", "value.duration", "give at least 1s, e.g. 10s")
+    for i, grant in enumerate(spec["updates"]["labelChanges"]):
+        for j, persona in enumerate(grant["personas"]):
+            c.ref(
+                org,
+                ["spec", "updates", "labelChanges", i, "personas", j],
+                persona,
+                tree.personas,
+                f"persona {persona!r} does not exist",
+                "ref.persona",
+            )
     for i, allowed in enumerate(spec["runtimes"]["allowed"]):
         if isinstance(allowed, dict):
             for j, team in enumerate(allowed.get("teams") or ()):

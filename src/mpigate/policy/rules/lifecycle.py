@@ -9,7 +9,10 @@ from mpigate.config import format_duration
 from mpigate.config.model import Team
 from mpigate.policy.context import (
     CLASSIFICATION_LABEL,
+    COST_CENTER_LABEL,
+    PRIORITY_LABEL,
     QUEUE_LABEL,
+    TEAM_LABEL,
     JobContext,
     as_list,
     as_mapping,
@@ -17,10 +20,12 @@ from mpigate.policy.context import (
 )
 from mpigate.policy.findings import Finding
 from mpigate.trainjob import get_path
+from mpigate.policy.prepared import memoized
+from mpigate.policy.requester import label_change_allowed
 from mpigate.trainjob.jsontypes import is_mapping
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
-__all__ = ["check_lifecycle", "check_update_guard", "own_patch_entry"]
+__all__ = ["check_lifecycle", "check_update_guard", "own_patch_entry", "policy_labels", "same_patch_entry"]
 
 
 def check_lifecycle(ctx: JobContext) -> Iterator[Finding]:
@@ -135,12 +140,58 @@ def own_patch_entry(obj: Mapping[str, Any]) -> tuple[int, Mapping[str, Any]] | N
     return None
 
 
+def same_patch_entry(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two runtime patch entries say the same, ignoring ``time``, which Trainer's defaulter
+    stamps on every entry it sees change (Trainer: pkg/webhooks/trainjob_webhook.go
+    (*TrainJobDefaulter).Default)."""
+    if a.keys() - {"time"} != b.keys() - {"time"}:
+        return False
+    return all(a[k] == b[k] for k in a if k != "time")
+
+
+# Labels whose value decides a policy: Kueue's queue and priority (quota), the classification
+# (residency, network profile, digests), the cost center (chargeback) and the team label the
+# NetworkPolicies select on. The org's and the team's required labels and the labels that
+# PolicyExceptions of the team match on are added per team.
+_FIXED_POLICY_LABELS = (QUEUE_LABEL, PRIORITY_LABEL, CLASSIFICATION_LABEL, COST_CENTER_LABEL, TEAM_LABEL)
+
+
+def policy_labels(ctx: JobContext) -> tuple[str, ...]:
+    """The TrainJob labels that carry policy for ``ctx``'s team (computed once per config and team)."""
+    config = ctx.config
+    team = ctx.team
+
+    def build() -> tuple[str, ...]:
+        labels = dict.fromkeys(_FIXED_POLICY_LABELS)
+        labels.update(dict.fromkeys(config.org.lifecycle.required_labels))
+        if team is not None:
+            labels.update(dict.fromkeys(team.required_labels))
+            for exception in config.exceptions_for(team.name):
+                labels.update(dict.fromkeys(exception.labels))
+        return tuple(labels)
+
+    found: tuple[str, ...] = memoized(
+        config, ("policy.lifecycle.policy_labels", team.name if team else ""), build
+    )
+    return found
+
+
+_WHY = {
+    QUEUE_LABEL: "it decides which Kueue queue, cohort and limits the job counts against",
+    PRIORITY_LABEL: "it decides the job's Kueue priority",
+    CLASSIFICATION_LABEL: "it decides residency, the network profile and digest requirements",
+    COST_CENTER_LABEL: "chargeback bills the job to it",
+    TEAM_LABEL: "the team's NetworkPolicies select on it",
+}
+
+
 def check_update_guard(ctx: JobContext, old: Mapping[str, Any]) -> Iterator[Finding]:
-    """MPG-LIFE-003: mpigate's patch entry is unchanged; the queue label stays within the team."""
+    """MPG-LIFE-003: mpigate's patch entry is unchanged, and the policy-carrying labels keep the
+    values they were admitted with unless OrgPolicy ``updates.labelChanges`` names the requester."""
     before = own_patch_entry(old)
     after = own_patch_entry(ctx.obj)
     path = f"spec.runtimePatches[manager={MPIGATE_MANAGER}]"
-    if before is not None and (after is None or after[1] != before[1]):
+    if before is not None and (after is None or not same_patch_entry(after[1], before[1])):
         what = "removed" if after is None else "changed"
         yield Finding(
             "MPG-LIFE-003",
@@ -159,16 +210,43 @@ def check_update_guard(ctx: JobContext, old: Mapping[str, Any]) -> Iterator[Find
             "Remove the mpigate.io/admission entry.",
             "mpigate's runtime patch may only be set on CREATE",
         )
-    team = ctx.team
-    old_queue = labels_of(old).get(QUEUE_LABEL)
-    new_queue = ctx.labels.get(QUEUE_LABEL)
-    if team is not None and new_queue is not None and new_queue != old_queue and new_queue not in team.queues:
+    old_labels = labels_of(old)
+    for label in policy_labels(ctx):
+        was, now = old_labels.get(label), ctx.labels.get(label)
+        if was == now or label_change_allowed(ctx.config, ctx.team, ctx.requester, label) is not None:
+            continue
+        if was is None:
+            what = f"adds policy label {label}={now}"
+        elif now is None:
+            what = f"removes policy label {label} (was {was})"
+        else:
+            what = f"changes policy label {label} from {was} to {now}"
+        why = _WHY.get(label, "the org or the team requires it")
+        who = _who_may(ctx, label)
         yield Finding(
             "MPG-LIFE-003",
-            f'metadata.labels["{QUEUE_LABEL}"]',
-            f"moves the job from queue {old_queue or '(none)'} to {new_queue}, which is not one of "
-            f"{team.name}'s "
-            f"LocalQueues ({', '.join(team.queues)}).",
-            f"Keep the job in one of {team.name}'s queues: {', '.join(team.queues)}.",
-            f"queue {new_queue} is not one of {team.name}'s queues",
+            f'metadata.labels["{label}"]',
+            f"{what} after creation; {why}, so it keeps the value the job was admitted with.",
+            f"Restore {label}{f'={was}' if was is not None else ' (remove it)'}, or delete and re-create the "
+            f"TrainJob with the new value{who}.",
+            f"{what.split(' (')[0]} after creation",
         )
+
+
+def _who_may(ctx: JobContext, label: str) -> str:
+    """``; <who> may change it`` from OrgPolicy ``updates.labelChanges`` (or nothing)."""
+    names: list[str] = []
+    for grant in ctx.config.org.updates.label_changes:
+        if label not in grant.labels:
+            continue
+        names.extend(f"persona {p}" for p in sorted(grant.personas))
+        for persona in sorted(grant.personas):
+            access = ctx.config.access.get(ctx.team_name)
+            members = access.members.get(persona) if access else None
+            if members is not None:
+                names.extend(members.users)
+        names.extend(sorted(grant.users))
+        names.extend(f"group {g}" for g in sorted(grant.groups))
+    if not names:
+        return ""
+    return f"; {', '.join(dict.fromkeys(names))} may change it"

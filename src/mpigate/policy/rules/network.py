@@ -10,7 +10,6 @@ from mpigate.policy.context import TEAM_LABEL, JobContext, as_list, as_mapping, 
 from mpigate.policy.findings import Finding
 from mpigate.policy.shapes import TRAINJOB
 from mpigate.trainjob import EffectiveJob
-from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 __all__ = ["check_network"]
 
@@ -25,7 +24,7 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
             # Another document claiming another team's identity is the dangerous case: the pods
             # would be let in by that team's NetworkPolicies.
             for layer in job.layers:
-                if layer.kind not in ("runtime", "patch") or layer.manager == MPIGATE_MANAGER:
+                if layer.kind not in ("runtime", "patch") or layer.manager in ctx.trusted_managers:
                     continue
                 value = as_mapping(as_mapping(layer.template.get("metadata")).get("labels")).get(TEAM_LABEL)
                 if value is not None and value != team.name:

@@ -15,7 +15,6 @@ from mpigate.policy.prepared import memoized
 from mpigate.trainjob import EffectiveJob, Layer
 from mpigate.trainjob.builder import INITIALIZER_LOCATION_ENV, STORAGE_URI
 from mpigate.trainjob.model import DATASET_INITIALIZER, MODEL_INITIALIZER
-from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 __all__ = ["STORAGE_SCHEMES", "check_residency", "redact_uri"]
 
@@ -119,7 +118,7 @@ def check_residency(ctx: JobContext) -> Iterator[Finding]:
         foreign, own_keys = _foreign_labels(ctx)
         for job in ctx.resolution.jobs:
             for layer in job.layers:
-                if layer.kind not in ("runtime", "patch") or layer.manager == MPIGATE_MANAGER:
+                if layer.kind not in ("runtime", "patch") or layer.manager in ctx.trusted_managers:
                     continue
                 yield from _foreign_in_layer(ctx, job, layer, foreign, own_keys)
     yield from _uris(ctx)

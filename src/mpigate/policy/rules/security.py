@@ -16,7 +16,6 @@ from mpigate.policy import pss
 from mpigate.policy.context import as_mapping, as_str
 from mpigate.policy.findings import Finding
 from mpigate.trainjob import EffectiveJob, Resolution, parse_path
-from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
 __all__ = ["PSS_FIXES", "check_pod_security", "check_secrets", "check_service_accounts", "credential_reason"]
 
@@ -214,13 +213,15 @@ def check_secrets(jobs: tuple[EffectiveJob, ...]) -> Iterator[Finding]:
             )
 
 
-def check_service_accounts(resolution: Resolution, team: str, allowed: frozenset[str]) -> Iterator[Finding]:
+def check_service_accounts(
+    resolution: Resolution, team: str, allowed: frozenset[str], trusted: frozenset[str]
+) -> Iterator[Finding]:
     """MPG-SA-001: a runtime patch may only name one of the team's service accounts."""
     permitted = allowed | {"default"}
     seen: set[str] = set()
     for job in resolution.jobs:
         for layer in job.layers:
-            if layer.kind != "patch" or layer.manager == MPIGATE_MANAGER:
+            if layer.kind != "patch" or layer.manager in trusted:
                 continue
             spec = as_mapping(layer.template.get("spec"))
             for field_name in ("serviceAccountName", "serviceAccount"):

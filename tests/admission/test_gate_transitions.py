@@ -1,0 +1,170 @@
+"""Issue 16's UPDATE, lookup and identity bypasses, reproduced through the real webhook over TLS:
+the example org behind ``mpigate serve``'s server, requests as the API server sends them (CREATE
+through /mutate, the JSONPatch applied, then /validate; UPDATE straight to /validate with the
+stored object as ``oldObject``)."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trustme
+import yaml
+
+from mpigate.admission.client import ReplayResult, ReviewClient, replay
+from mpigate.admission.recorder import MemoryRecorder
+from mpigate.admission.server import ServeOptions
+from mpigate.policy import UserInfo
+from tests.conftest import REPO, TODAY
+
+from .conftest import ThreadedWebhook, write_cert
+
+MARIA = UserInfo("maria@acme.example", ("nlp-team-scientists", "system:authenticated"))
+LENA = UserInfo("lena@acme.example", ("system:authenticated",))  # nlp-team's team admin
+KUEUE = UserInfo(
+    "system:serviceaccount:kueue-system:kueue-controller-manager",
+    ("system:serviceaccounts", "system:serviceaccounts:kueue-system", "system:authenticated"),
+)
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReviewClient]:
+    base = tmp_path_factory.mktemp("transitions")
+    ca = trustme.CA()
+    cert, key = write_cert(ca, base / "tls")
+    ca.cert_pem.write_to_path(str(base / "ca.crt"))
+    options = ServeOptions(
+        config=REPO, tls_cert=cert, tls_key=key, host="127.0.0.1", port=0, reload_interval=3600
+    )
+    moment = dt.datetime.combine(TODAY, dt.time(12, 0), dt.UTC)
+    server = ThreadedWebhook(options, recorder=MemoryRecorder(), clock=lambda: moment)
+    c = ReviewClient(server.server.url, ca_file=str(base / "ca.crt"))
+    yield c
+    c.close()
+    server.stop()
+
+
+def example(name: str) -> dict[str, Any]:
+    data = yaml.safe_load((REPO / "examples" / "trainjobs" / f"{name}.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def created(client: ReviewClient, obj: dict[str, Any], user: UserInfo = MARIA) -> dict[str, Any]:
+    """``obj`` as stored after an admitted CREATE."""
+    result = replay(client, obj, user=user)
+    assert result.allowed, result.message
+    assert result.patched is not None
+    return result.patched
+
+
+def update(
+    client: ReviewClient, new: dict[str, Any], old: dict[str, Any], user: UserInfo = MARIA
+) -> ReplayResult:
+    result = replay(client, new, operation="UPDATE", old=old, user=user)
+    assert not result.error, result.error
+    return result
+
+
+def denied_by(result: ReplayResult, rule: str, *fragments: str) -> None:
+    assert not result.allowed, "expected a denial"
+    assert f"[{rule}]" in result.message, result.message
+    for fragment in fragments:
+        assert fragment in result.message, result.message
+
+
+def test_item_2_queue_label_removed_while_suspended_is_denied(client: ReviewClient) -> None:
+    stored = created(client, example("minimal"))
+    suspended = copy.deepcopy(stored)
+    suspended["spec"]["suspend"] = True
+    assert update(client, suspended, stored, KUEUE).allowed  # Kueue suspending a job is fine
+    escaped = copy.deepcopy(suspended)
+    del escaped["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    denied_by(
+        update(client, escaped, suspended),
+        "MPG-LIFE-003",
+        'metadata.labels["kueue.x-k8s.io/queue-name"]',
+        "removes",
+    )
+    # ... and resuming a job that somehow lost its queue label is refused too (whole object judged)
+    resumed = copy.deepcopy(escaped)
+    resumed["spec"]["suspend"] = False
+    denied_by(update(client, resumed, escaped), "MPG-LIFE-003", "kueue.x-k8s.io/queue-name")
+
+
+@pytest.mark.parametrize(
+    ("label", "value"),
+    [
+        ("mpigate.io/data-classification", "public"),
+        ("mpigate.io/cost-center", "cc-9999"),
+        ("kueue.x-k8s.io/priority-class", "urgent"),
+        ("kueue.x-k8s.io/queue-name", "nlp-team-interactive"),
+        ("mpigate.io/team", "cv-team"),
+    ],
+)
+def test_item_6_policy_labels_cannot_change_after_create(
+    client: ReviewClient, label: str, value: str
+) -> None:
+    stored = created(client, example("phi-pinned"))
+    changed = copy.deepcopy(stored)
+    changed["metadata"]["labels"][label] = value
+    denied_by(update(client, changed, stored), "MPG-LIFE-003", f'metadata.labels["{label}"]')
+    removed = copy.deepcopy(stored)
+    if label in removed["metadata"]["labels"]:
+        del removed["metadata"]["labels"][label]
+        denied_by(update(client, removed, stored), "MPG-LIFE-003", f'metadata.labels["{label}"]')
+
+
+def test_the_config_names_who_may_move_a_suspended_job_between_the_teams_queues(
+    client: ReviewClient,
+) -> None:
+    """policies/org.yaml lets nlp-team's team admin re-queue and re-prioritise (as Kueue allows
+    on a suspended job); a data scientist may not, and nobody may take a job out of its queues."""
+    stored = created(client, example("minimal"))
+    stored["spec"]["suspend"] = True
+    moved = copy.deepcopy(stored)
+    moved["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "urgent"
+    assert update(client, moved, stored, LENA).allowed
+    denied_by(update(client, moved, stored, MARIA), "MPG-LIFE-003", "lena")
+    gone = copy.deepcopy(stored)
+    del gone["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    assert not update(client, gone, stored, LENA).allowed
+
+
+def test_kueue_update_of_its_own_patch_and_suspend_is_allowed(client: ReviewClient) -> None:
+    """What Kueue writes on UPDATE (pkg/controller/jobs/trainjob RunWithPodSetsInfo/Stop: spec.suspend
+    and its `kueue.x-k8s.io/manager` runtime patch) is never refused."""
+    stored = created(client, example("phi-pinned"))
+    stored["spec"]["suspend"] = True
+    admitted = copy.deepcopy(stored)
+    admitted["spec"]["suspend"] = False
+    admitted["spec"].setdefault("runtimePatches", []).append(
+        {
+            "manager": "kueue.x-k8s.io/manager",
+            "trainingRuntimeSpec": {
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {
+                                "name": "node",
+                                "template": {
+                                    "spec": {
+                                        "template": {
+                                            "metadata": {"labels": {"kueue.x-k8s.io/podset": "node"}},
+                                            "spec": {
+                                                "nodeSelector": {"nvidia.com/gpu.product": "A100-SXM4-80GB"}
+                                            },
+                                        }
+                                    }
+                                },
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    )
+    assert update(client, admitted, stored, KUEUE).allowed
