@@ -437,6 +437,40 @@ PAGES: dict[str, Page] = {
         "`/home/mpiuser/.ssh`, UID 1000).",
         example=Example(file="examples/runtimes/deny-root-runtime.yaml"),
     ),
+    "MPG-RT-003": Page(
+        what="A TrainJob on a runtime approved as `external` (installed with Trainer, not kept in the "
+        "config tree) is judged on the runtime's manifest as the cluster has it: the webhook reads it for "
+        "/mutate and /validate, on CREATE and UPDATE alike, so mpigate's runtime patch covers the "
+        "runtime's jobs and every rule sees the effective pods. When it cannot be read (not found, a "
+        "timeout, an API error, `serve --no-live`, `mpigate explain` without `--runtime FILE`), the "
+        "job is denied.",
+        why="Without the runtime, mpigate cannot build the job's pods, so their images, Pod Security, "
+        "residency, service accounts and network would go unjudged: admitting such a job on "
+        "`spec.trainer` alone let a failed lookup open the gate.",
+        fix="Retry when the runtime can be read; with `mpigate explain`, pass the runtime's manifest "
+        "with `--runtime FILE`. An org that prefers availability sets `MPG-RT-003: warn` under "
+        "`spec.enforcement.overrides`: such jobs are then admitted with a warning, judged on "
+        "`spec.trainer` only, and their GPU demand is the lower bound `numNodes × resourcesPerNode`.",
+        example=Example(
+            obj={
+                "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                "kind": "TrainJob",
+                "metadata": {
+                    "name": "ds",
+                    "namespace": "cv-team",
+                    "labels": {"mpigate.io/cost-center": "cc-2200"},
+                },
+                "spec": {
+                    "runtimeRef": {"name": "deepspeed-distributed"},
+                    "trainer": {
+                        "numNodes": 2,
+                        "image": "quay.io/acme/ds:1.0",
+                        "resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}},
+                    },
+                },
+            }
+        ),
+    ),
     "MPG-SEC-SECRETS": Page(
         what="No literal env value may look like a credential: by its name (PASSWORD, TOKEN, "
         "SECRET, API_KEY, "

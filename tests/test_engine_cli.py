@@ -94,6 +94,39 @@ def test_explain_update_delete_and_live(runner: CliRunner, tmp_path: Path) -> No
     assert code == 1 and "[MPG-Q007]" in out and "Warning: [MPG-Q008]" in out
 
 
+def test_explain_judges_an_external_runtime_given_with_runtime(runner: CliRunner, tmp_path: Path) -> None:
+    """The webhook reads an external runtime from the cluster; explain takes it from --runtime."""
+    job = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "ds", "namespace": "cv-team", "labels": {"mpigate.io/cost-center": "cc-2200"}},
+        "spec": {
+            "runtimeRef": {"name": "deepspeed-distributed"},
+            "trainer": {
+                "numNodes": 2,
+                "image": "quay.io/acme/ds:1.0",
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}},
+            },
+        },
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    code, out = explain(runner, str(tmp_path / "job.yaml"))
+    assert code == 1 and "[MPG-RT-003] (enforce) spec.runtimeRef.name" in out
+    runtime = yaml.safe_load((REPO / "policies" / "runtimes" / "mpi-openmpi-gpu.yaml").read_text())
+    runtime["metadata"]["name"] = "deepspeed-distributed"
+    (tmp_path / "runtime.yaml").write_text(yaml.safe_dump(runtime))
+    code, out = explain(
+        runner, str(tmp_path / "job.yaml"), "--runtime", str(tmp_path / "runtime.yaml"), "-o", "json"
+    )
+    assert code == 0, out
+    (result,) = json.loads(out)
+    managers = [p["manager"] for p in result["mutated"]["spec"]["runtimePatches"]]
+    assert managers == ["mpigate.io/admission"]
+    assert [j["name"] for j in result["decision"]["demand"]["jobs"]] == ["node", "launcher"]
+    code, out = explain(runner, str(tmp_path / "job.yaml"), "--runtime", str(tmp_path / "job.yaml"))
+    assert code == 2 and "expected a ClusterTrainingRuntime or TrainingRuntime" in out
+
+
 def test_explain_usage_and_input_errors_exit_2(runner: CliRunner, tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("apiVersion: v1\nkind: TrainJob\nmetadata: {name: x\n", encoding="utf-8")

@@ -44,7 +44,9 @@ class HangingLive:
 
     async def stop(self) -> None: ...
 
-    async def context(self, config: Config, request: AdmissionInput, timeout: float) -> LiveContext | None:
+    async def context(
+        self, config: Config, request: AdmissionInput, timeout: float, *, quota: bool = True
+    ) -> LiveContext | None:
         await asyncio.Event().wait()  # ignores its own budget: the server's bound must hold
         return None
 

@@ -168,3 +168,54 @@ def test_kueue_update_of_its_own_patch_and_suspend_is_allowed(client: ReviewClie
         }
     )
     assert update(client, admitted, stored, KUEUE).allowed
+
+
+def with_service_account(obj: dict[str, Any], account: str) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["spec"]["runtimePatches"] = [
+        {
+            "manager": "acme.example/pipeline",
+            "trainingRuntimeSpec": {
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {
+                                "name": "launcher",
+                                "template": {"spec": {"template": {"spec": {"serviceAccountName": account}}}},
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    ]
+    return out
+
+
+def test_item_7_service_accounts_follow_the_requesters_persona(client: ReviewClient) -> None:
+    """maria (data-scientist) may not run a job as nlp-pipeline, the account TeamAccess binds to the
+    mlops-engineer persona (secrets write); an mlops engineer and the pipeline itself may, and Kueue's
+    later updates of that job are not refused for it."""
+    job = with_service_account(example("minimal"), "nlp-pipeline")
+    denied_by(
+        replay(client, job, user=MARIA),
+        "MPG-SA-001",
+        "service account nlp-pipeline is bound to nlp-team's mlops-engineer persona",
+        "maria@acme.example (data-scientist) may run jobs only as: none but default",
+    )
+    mlops = UserInfo("ravi@acme.example", ("nlp-team-mlops", "system:authenticated"))
+    pipeline = UserInfo(
+        "system:serviceaccount:nlp-team:nlp-pipeline",
+        ("system:serviceaccounts", "system:serviceaccounts:nlp-team", "system:authenticated"),
+    )
+    assert replay(client, job, user=pipeline).allowed
+    stored = created(client, job, mlops)
+    suspended = copy.deepcopy(stored)
+    suspended["spec"]["suspend"] = True
+    assert update(client, suspended, stored, KUEUE).allowed
+    # an account of another team is refused whoever asks
+    denied_by(
+        replay(client, with_service_account(example("minimal"), "cv-pipeline"), user=mlops),
+        "MPG-SA-001",
+        "cv-pipeline is not one of nlp-team's",
+    )

@@ -195,23 +195,37 @@ def test_rt_001_runtime_approval(org: Config) -> None:
     )
 
 
-def test_external_runtime_without_manifest_is_checked_on_spec_trainer_only(org: Config) -> None:
+def test_external_runtime_without_manifest_is_denied_unless_the_org_says_warn(org: Config) -> None:
     job = trainjob(namespace="cv-team", runtimeRef={"name": "deepspeed-distributed"})
-    job["spec"]["trainer"]["image"] = "docker.io/someone/ds"
+    job["spec"]["trainer"]["image"] = "quay.io/acme/ds"
     decision = decide(org, job)
-    assert (
-        "runtime deepspeed-distributed is external: only spec.trainer was checked, not its pods"
-        in decision.warnings
+    assert "MPG-RT-003" in ids(decision, denying=True)
+    (v,) = [v for v in decision.violations if v.rule == "MPG-RT-003"]
+    assert v.path == "spec.runtimeRef.name" and "deepspeed-distributed is approved as external" in v.message
+    assert "no cluster was asked" in v.message and "--runtime FILE" in v.fix
+    # the reason the live lookup gave is named
+    live = LiveContext(runtime_reason="ClusterTrainingRuntime deepspeed-distributed not read within 200 ms")
+    assert "not read within 200 ms" in decide(org, job, live=live).message
+    warn = dataclasses.replace(
+        org,
+        org=dataclasses.replace(
+            org.org,
+            enforcement=Enforcement.build("enforce", {**org.org.enforcement.overrides, "MPG-RT-003": "warn"}),
+        ),
+    )
+    decision = decide(warn, job)
+    assert decision.allowed
+    assert any(
+        w.startswith("[MPG-RT-003] runtime deepspeed-distributed could not be read")
+        for w in decision.warnings
     )
     assert decision.demand is not None and decision.demand.gpus == {
         "nvidia.com/gpu": 16
     }  # 2 × 8, a lower bound
     # the report's image inventory (PCI DSS 6.3.2) has the trainer image as admitted
-    assert [j.images for j in decision.demand.jobs] == [
-        ("registry.acme.internal/mirror/docker.io/someone/ds",)
-    ]
-    # the trainer image is still judged (after the docker.io mirror rewrite it is allowed, but untagged)
-    assert ids(decision) == {"MPG-IMG-002"}
+    assert [j.images for j in decision.demand.jobs] == [("quay.io/acme/ds",)]
+    # the trainer image is still judged (untagged: MPG-IMG-002, a warning in the example org)
+    assert ids(decision) == {"MPG-RT-003", "MPG-IMG-002"}
 
 
 def test_external_runtime_from_the_live_context_is_resolved(org: Config, upstream: Any) -> None:
@@ -329,7 +343,10 @@ def test_sa_001(org: Config) -> None:
     own = trainjob(
         runtimePatches=[runtime_patch("p.example/x", "launcher", {"serviceAccountName": "nlp-pipeline"})]
     )
-    assert "MPG-SA-001" not in ids(decide(org, own))
+    # nlp-pipeline is bound to mlops-engineer: its own pipeline may run as it, a data scientist may not
+    assert "MPG-SA-001" not in ids(decide(org, own, user="system:serviceaccount:nlp-team:nlp-pipeline"))
+    (v,) = [v for v in decide(org, own).violations if v.rule == "MPG-SA-001"]
+    assert "bound to nlp-team's mlops-engineer persona; maria@acme.example (data-scientist)" in v.message
 
 
 def test_img_rules(org: Config) -> None:

@@ -62,8 +62,11 @@ class LiveSource(Protocol):
     """Gives the live context for one request within ``timeout`` seconds."""
 
     async def context(
-        self, config: Config, request: AdmissionInput, timeout: float
-    ) -> LiveContext | None: ...
+        self, config: Config, request: AdmissionInput, timeout: float, *, quota: bool = True
+    ) -> LiveContext | None:
+        """``quota=False``: only what the engine needs to resolve the job (an external runtime's
+        manifest), not Kueue's quota context."""
+        ...
 
     async def start(self) -> None: ...
 
@@ -367,13 +370,24 @@ class KubeLiveSource:
         await self.jobs.stop()
         await self.client.close()
 
-    async def context(self, config: Config, request: AdmissionInput, timeout: float) -> LiveContext | None:
-        """Live context for a TrainJob of a team namespace; None when none applies."""
+    async def context(
+        self, config: Config, request: AdmissionInput, timeout: float, *, quota: bool = True
+    ) -> LiveContext | None:
+        """Live context for a TrainJob; None when none applies. The runtime's manifest is read for
+        any namespace (an external runtime is judged in unmanaged namespaces too); Kueue's quota
+        context, with ``quota``, for team namespaces."""
         if request.kind != "TrainJob" or not request.namespace:
             return None
+        runtime_key = external_runtime(config, request)
         team = config.team_for_namespace(request.namespace)
-        if team is None:
-            return None
+        if not quota or team is None:
+            if runtime_key is None:
+                return None
+            read = await self._bounded(self.runtimes.get(*runtime_key), timeout, "runtime")
+            if isinstance(read, dict):
+                return LiveContext(runtimes={runtime_key: read})
+            reason = f"{runtime_key[0]} {runtime_key[2]} {read}"
+            return LiveContext(unavailable_reason=reason, runtime_reason=reason)
         reasons: list[str] = []
         active: int | None = None
         if self.jobs.synced:
@@ -383,7 +397,6 @@ class KubeLiveSource:
         labels = ((request.obj or {}).get("metadata") or {}).get("labels") or {}
         local_queue = labels.get(QUEUE_LABEL) if isinstance(labels.get(QUEUE_LABEL), str) else None
         local_queue = local_queue or (team.queues[0] if team.queues else team.name)
-        runtime_key = external_runtime(config, request)
         usage_read, runtime_read = await asyncio.gather(
             self._bounded(self._usage(config, request.namespace, local_queue), timeout, "clusterqueue"),
             self._bounded(self.runtimes.get(*runtime_key), timeout, "runtime") if runtime_key else _none(),
@@ -392,11 +405,13 @@ class KubeLiveSource:
         if isinstance(usage_read, str):
             reasons.append(f"Kueue ClusterQueue {usage_read}")
         runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] | None = None
+        runtime_reason: str | None = None
         if runtime_key is not None:
             if isinstance(runtime_read, dict):
                 runtimes = {runtime_key: runtime_read}
             else:
-                reasons.append(f"{runtime_key[0]} {runtime_key[2]} {runtime_read}")
+                runtime_reason = f"{runtime_key[0]} {runtime_key[2]} {runtime_read}"
+                reasons.append(runtime_reason)
         return LiveContext(
             active_jobs=active,
             gpus_in_use=dict(usage.in_use) if usage else None,
@@ -405,6 +420,7 @@ class KubeLiveSource:
             source=f"cluster (ClusterQueue {usage.cluster_queue})" if usage else "cluster",
             unavailable_reason="; ".join(reasons) or None,
             runtimes=runtimes,
+            runtime_reason=runtime_reason,
         )
 
     async def _bounded(self, lookup: Awaitable[T], timeout: float, source: str) -> T | str:

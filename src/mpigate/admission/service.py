@@ -8,7 +8,9 @@ Failure behaviour (documented in docs/webhook.md):
   with code 400 and a message that names the field;
 - no config loaded yet: HTTP 503 (the API server applies the webhook's ``failurePolicy``);
 - live lookups that fail or exceed their budget: judged on static config, with the warning
-  ``live quota context unavailable: ...`` and a metric;
+  ``live quota context unavailable: ...`` and a metric — except the manifest of a runtime approved
+  as external, without which the engine cannot judge the job's pods: MPG-RT-003 denies it by
+  default (``enforcement.overrides: {MPG-RT-003: warn}`` admits it with a warning);
 - the engine failing or exceeding the deadline, or the audit record not durable in time:
   HTTP 500, so that ``failurePolicy`` applies — a decision is never answered without its record.
   A record still being written when the deadline passes is completed in the background (it then
@@ -266,9 +268,13 @@ class AdmissionService:
         loop = asyncio.get_running_loop()
         extra_warnings: list[str] = []
         live: LiveContext | None = None
-        if stage == "validate" and self.live is not None and req.operation == "CREATE":
-            live = await self._live_context(config, req.input, deadline)
-            if live is not None and live.unavailable_reason:
+        if self.live is not None and req.operation in ("CREATE", "UPDATE"):
+            # One runtime resolution for both stages and both operations: an external runtime is
+            # read for /mutate (which adds mpigate's patch for its jobs) as for /validate; Kueue's
+            # quota context only where MPG-Q007/Q008 use it (validate, CREATE).
+            quota = stage == "validate" and req.operation == "CREATE"
+            live = await self._live_context(config, req.input, deadline, quota=quota)
+            if live is not None and live.unavailable_reason and stage == "validate":
                 extra_warnings.append(f"{LIVE_UNAVAILABLE}: {live.unavailable_reason}")
                 info["live"] = live.unavailable_reason
                 self.metrics.live_fallbacks.inc()
@@ -325,7 +331,7 @@ class AdmissionService:
         return self.tracer.start_as_current_span(name, kind=kind)
 
     async def _live_context(
-        self, config: Config, request: AdmissionInput, deadline: float
+        self, config: Config, request: AdmissionInput, deadline: float, *, quota: bool
     ) -> LiveContext | None:
         assert self.live is not None
         loop = asyncio.get_running_loop()
@@ -337,7 +343,9 @@ class AdmissionService:
         with self._span("live context") as span:
             try:
                 # The source bounds its own lookups; this outer bound also covers a misbehaving one.
-                context = await asyncio.wait_for(self.live.context(config, request, budget), budget + 0.05)
+                context = await asyncio.wait_for(
+                    self.live.context(config, request, budget, quota=quota), budget + 0.05
+                )
             except TimeoutError:
                 self.metrics.deadline_exceeded.labels("live").inc()
                 self.metrics.live_errors.labels("live", "timeout").inc()

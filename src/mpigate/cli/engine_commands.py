@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import sys
 from collections.abc import Mapping
@@ -35,6 +36,26 @@ def _documents(path: Path) -> list[Document]:
         echo_problems(problems, err=True)
         sys.exit(2)
     return documents
+
+
+def _runtimes(files: tuple[Path, ...]) -> dict[tuple[str, str | None, str], Mapping[str, Any]]:
+    """``--runtime`` manifests keyed as ``LiveContext.runtimes`` is."""
+    out: dict[tuple[str, str | None, str], Mapping[str, Any]] = {}
+    for path in files:
+        for document in _documents(path):
+            data = document.data
+            kind = data.get("kind") if isinstance(data, Mapping) else None
+            meta = data.get("metadata") if isinstance(data, Mapping) else None
+            name = meta.get("name") if isinstance(meta, Mapping) else None
+            if kind not in ("ClusterTrainingRuntime", "TrainingRuntime") or not isinstance(name, str):
+                raise click.BadParameter(
+                    f"{document.file}:{document.line}: expected a ClusterTrainingRuntime or TrainingRuntime "
+                    "with metadata.name",
+                    param_hint="--runtime",
+                )
+            namespace = meta.get("namespace") if kind == "TrainingRuntime" else None  # type: ignore[union-attr]
+            out[(str(kind), namespace if isinstance(namespace, str) else None, name)] = data
+    return out
 
 
 def _parse_live(active_jobs: int | None, gpus: tuple[str, ...]) -> LiveContext | None:
@@ -76,6 +97,14 @@ def _parse_live(active_jobs: int | None, gpus: tuple[str, ...]) -> LiveContext |
 )
 @click.option("--now", "now_text", help="Evaluation time, RFC 3339 (exception expiry). Default: now.")
 @click.option(
+    "--runtime",
+    "runtime_files",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Manifest of a runtime approved as external, as the cluster has it (repeatable); the webhook "
+    "reads these from the cluster.",
+)
+@click.option(
     "--active-jobs", type=int, help="Simulated live context: active TrainJobs of the team (MPG-Q007)."
 )
 @click.option(
@@ -94,6 +123,7 @@ def explain_command(
     operation: str,
     old_file: Path | None,
     now_text: str | None,
+    runtime_files: tuple[Path, ...],
     active_jobs: int | None,
     gpus_in_use: tuple[str, ...],
     output: str,
@@ -119,6 +149,9 @@ def explain_command(
     except ValueError:
         raise click.BadParameter(f"{now_text!r} is not an RFC 3339 time", param_hint="--now") from None
     live = _parse_live(active_jobs, gpus_in_use)
+    runtimes = _runtimes(runtime_files)
+    if runtimes:
+        live = dataclasses.replace(live or LiveContext(source="the command line"), runtimes=runtimes)
     old_docs = [d for d in _documents(old_file) if isinstance(d.data, Mapping)] if old_file else []
     results: list[dict[str, Any]] = []
     denied = False

@@ -229,7 +229,13 @@ def build_config(
 
     personas_spec = by_kind["Personas"][0].data["spec"]["personas"]
     personas = {
-        name: Persona(name, p["description"], p["kueue"], tuple(freeze(r) for r in p["rules"]))
+        name: Persona(
+            name,
+            p["description"],
+            p["kueue"],
+            tuple(freeze(r) for r in p["rules"]),
+            tuple(p["serviceAccountsFrom"]) if "serviceAccountsFrom" in p else None,
+        )
         for name, p in personas_spec.items()
     }
     access = {}

@@ -269,6 +269,8 @@ class Persona:
     description: str
     kueue: Literal["none", "batch-user", "batch-admin"]
     rules: tuple[Mapping[str, Any], ...]
+    #: Personas whose service accounts this persona's members may run jobs as (None: its own).
+    service_accounts_from: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,7 +78,8 @@ class LiveContext:
     live in the cluster (may lag Git). ``source`` names where it came from, for messages.
     ``runtimes``: (Cluster)TrainingRuntime manifests read from the cluster, keyed by
     ``(kind, namespace or None, name)``; used for runtimes approved as ``external`` whose manifest
-    is not in the config tree (the reviewed manifest in the tree always wins).
+    is not in the config tree (the reviewed manifest in the tree always wins); ``runtime_reason``:
+    why such a runtime could not be read (MPG-RT-003 names it).
     """
 
     active_jobs: int | None = None
@@ -88,6 +89,7 @@ class LiveContext:
     source: str = "cluster"
     unavailable_reason: str | None = None
     runtimes: Mapping[tuple[str, str | None, str], Mapping[str, Any]] | None = None
+    runtime_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,11 @@ Anything else
     an ``apiVersion`` or kind outside :data:`mpigate.policy.kinds.UNDERSTOOD` is MPG-API-001.
 DELETE / CONNECT
     always allowed, recorded as MPG-LIFE-004 in mode ``audit`` (who, what, when).
+External runtimes
+    A runtime approved as ``external`` is resolved from ``LiveContext.runtimes`` (the webhook reads
+    it for /mutate and /validate, CREATE and UPDATE alike), so mutation and judgement see the same
+    effective pods. When it cannot be read, MPG-RT-003 denies the job (``warn`` admits it with a
+    warning, judged on ``spec.trainer`` only).
 Runtimes
     ``ClusterTrainingRuntime``/``TrainingRuntime`` are judged on their own on CREATE/UPDATE:
     Pod Security on each replicated job's pod template, images, credentials in env, MPI sanity,
@@ -354,8 +359,6 @@ def _trainjob(
         findings = [f for f in findings if f.identity not in before_ids or f.path == _QUEUE_PATH]
     if ctx.resolution is not None:
         notes.extend(p.message for p in ctx.resolution.problems if p.advisory)
-    if ctx.resolution is None and ctx.runtime_known:
-        notes.append(f"runtime {ctx.runtime_name} is external: only spec.trainer was checked, not its pods")
 
     exceptions = config.exceptions_for(team.name) if team else ()
     return _decide(
@@ -644,13 +647,15 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
     resolution = ctx.resolution
     out: list[Finding] = []
     ref = as_mapping(ctx.spec.get("runtimeRef"))
+    approval: list[Finding] = []
     if ctx.shape is TRAINJOB:  # an MPIJob has no runtime: its pod templates are judged directly
-        out += _guarded(
+        approval = _guarded(
             "MPG-RT-001",
             lambda: check_runtime_approval(
                 config, ctx.team, ref, ctx.namespace, in_tree=resolution is not None or ctx.runtime_known
             ),
         )
+        out += approval
     out += _guarded("MPG-Q001", lambda: check_quota(ctx, demand))
     out += _guarded("MPG-RES-001", lambda: check_residency(ctx))
     out += _guarded("MPG-NET-001", lambda: check_network(ctx))
@@ -662,14 +667,7 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
         out += _guarded("MPG-SEC-PRIVILEGED", lambda: check_pod_security(org.security, resolution.jobs))
         if org.security.forbid_plaintext_secrets:
             out += _guarded("MPG-SEC-SECRETS", lambda: check_secrets(resolution.jobs))
-        if ctx.team is not None:
-            team = ctx.team
-            out += _guarded(
-                "MPG-SA-001",
-                lambda: check_service_accounts(
-                    resolution, team.name, config.service_accounts_of(team.name), ctx.trusted_managers
-                ),
-            )
+        out += _guarded("MPG-SA-001", lambda: check_service_accounts(ctx, resolution))
         out += _guarded(
             "MPG-IMG-001",
             lambda: check_images(
@@ -681,8 +679,33 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
             ),
         )
     else:
+        if ctx.runtime_known and not approval:  # approved as external; its manifest is not at hand
+            out += _guarded("MPG-RT-003", lambda: _unresolved_runtime(ctx))
         out += _guarded("MPG-IMG-001", lambda: _trainer_only(ctx))
     return _dedupe(out)
+
+
+def _unresolved_runtime(ctx: JobContext) -> Iterator[Finding]:
+    """MPG-RT-003: a runtime approved as external whose manifest could not be read. Without it the
+    job's pods cannot be built, so images, Pod Security, residency, service accounts and network
+    would go unjudged: denied by default, a warning where the org says ``MPG-RT-003: warn``."""
+    live = ctx.live
+    if live is not None and (live.runtime_reason or live.unavailable_reason):
+        reason = live.runtime_reason or live.unavailable_reason
+    else:
+        reason = "no cluster was asked: mpigate explain/test, or serve --no-live"
+    kind = ctx.runtime_kind or "ClusterTrainingRuntime"
+    yield Finding(
+        "MPG-RT-003",
+        "spec.runtimeRef.name",
+        f"{kind} {ctx.runtime_name} is approved as external, but its manifest could not be read "
+        f"({reason}); without it mpigate cannot judge the job's pods (images, Pod Security, "
+        "residency, service accounts, network), only spec.trainer.",
+        f"Retry once the runtime can be read (kubectl get {kind.lower()} {ctx.runtime_name}); with "
+        "mpigate explain, pass its manifest with --runtime FILE. To admit such jobs with a warning, "
+        "set spec.enforcement.overrides MPG-RT-003: warn in the OrgPolicy.",
+        f"runtime {ctx.runtime_name} could not be read; the job's pods were not judged",
+    )
 
 
 def _trainer_only(ctx: JobContext) -> Iterator[Finding]:

@@ -17,7 +17,14 @@ from mpigate.config.model import LabelChangeGrant, Team
 from .decision import UserInfo
 from .prepared import memoized
 
-__all__ = ["SERVICE_ACCOUNT_PREFIX", "label_change_allowed", "personas_of", "service_account_user"]
+__all__ = [
+    "SERVICE_ACCOUNT_PREFIX",
+    "label_change_allowed",
+    "personas_of",
+    "service_account_personas",
+    "service_account_user",
+    "usable_service_accounts",
+]
 
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 
@@ -82,3 +89,30 @@ def label_change_allowed(
         ):
             return grant
     return None
+
+
+def usable_service_accounts(config: Config, team: Team, personas: frozenset[str]) -> frozenset[str]:
+    """The team's service accounts that holders of ``personas`` may name in a TrainJob: those
+    TeamAccess binds to each persona's ``serviceAccountsFrom`` (default: the persona itself)."""
+    access = config.access.get(team.name)
+    if access is None or not personas:
+        return frozenset()
+    out: set[str] = set()
+    for held in personas:
+        persona = config.personas.get(held)
+        sources = (
+            persona.service_accounts_from if persona and persona.service_accounts_from is not None else None
+        )
+        for source in sources if sources is not None else (held,):
+            members = access.members.get(source)
+            if members is not None:
+                out.update(members.service_accounts)
+    return frozenset(out)
+
+
+def service_account_personas(config: Config, team: Team, account: str) -> tuple[str, ...]:
+    """The personas TeamAccess binds ``account`` to in ``team`` (for messages)."""
+    access = config.access.get(team.name)
+    if access is None:
+        return ()
+    return tuple(sorted(p for p, m in access.members.items() if account in m.service_accounts))

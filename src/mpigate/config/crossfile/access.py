@@ -30,7 +30,17 @@ def check_personas(c: Collector, tree: Tree) -> None:
     if doc is None:
         return
     org_forbidden: Sequence[Mapping[str, Any]] = tree.org_spec["personas"]["forbidden"] if tree.org else ()
+    names = set(doc.data["spec"]["personas"])
     for name, persona in doc.data["spec"]["personas"].items():
+        for i, other in enumerate(persona.get("serviceAccountsFrom") or ()):
+            c.ref(
+                doc,
+                ["spec", "personas", name, "serviceAccountsFrom", i],
+                other,
+                names,
+                f"persona {other!r} does not exist",
+                "ref.persona",
+            )
         for i, rule in enumerate(persona["rules"]):
             groups = rule.get("apiGroups", [])
             resources = rule.get("resources", [])

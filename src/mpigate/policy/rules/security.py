@@ -13,8 +13,9 @@ from typing import Any
 from mpigate.catalogue import all_rules
 from mpigate.config.model import SecurityPolicy
 from mpigate.policy import pss
-from mpigate.policy.context import as_mapping, as_str
+from mpigate.policy.context import JobContext, as_mapping, as_str
 from mpigate.policy.findings import Finding
+from mpigate.policy.requester import personas_of, service_account_personas, usable_service_accounts
 from mpigate.trainjob import EffectiveJob, Resolution, parse_path
 
 __all__ = ["PSS_FIXES", "check_pod_security", "check_secrets", "check_service_accounts", "credential_reason"]
@@ -213,33 +214,55 @@ def check_secrets(jobs: tuple[EffectiveJob, ...]) -> Iterator[Finding]:
             )
 
 
-def check_service_accounts(
-    resolution: Resolution, team: str, allowed: frozenset[str], trusted: frozenset[str]
-) -> Iterator[Finding]:
-    """MPG-SA-001: a runtime patch may only name one of the team's service accounts."""
-    permitted = allowed | {"default"}
+def check_service_accounts(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
+    """MPG-SA-001: a runtime patch may only name a service account the requester's personas may
+    use (Personas ``serviceAccountsFrom``, TeamAccess), or ``default``. The requester comes from the
+    AdmissionReview's userInfo, which a tenant cannot choose."""
+    team = ctx.team
+    if team is None:
+        return
+    config = ctx.config
+    held = personas_of(config, team, ctx.requester)
+    usable = usable_service_accounts(config, team, held)
+    team_accounts = config.service_accounts_of(team.name)
+    who = ctx.requester.username or "the requester"
     seen: set[str] = set()
     for job in resolution.jobs:
         for layer in job.layers:
-            if layer.kind != "patch" or layer.manager in trusted:
+            if layer.kind != "patch" or layer.manager in ctx.trusted_managers:
                 continue
             spec = as_mapping(layer.template.get("spec"))
             for field_name in ("serviceAccountName", "serviceAccount"):
                 account: Any = spec.get(field_name)
-                if account is None or account in permitted:
+                if account is None or account == "default" or account in usable:
                     continue
                 path = layer.display(("spec", field_name))
                 if path in seen:
                     continue
                 seen.add(path)
-                names = ", ".join(sorted(allowed)) or "none"
+                mine = ", ".join(sorted(usable)) or "none but default"
+                if account in team_accounts:
+                    bound = ", ".join(service_account_personas(config, team, str(account)))
+                    roles = ", ".join(sorted(held)) or f"no persona of {team.name}"
+                    yield Finding(
+                        "MPG-SA-001",
+                        path,
+                        f"service account {account} is bound to {team.name}'s {bound} persona; {who} "
+                        f"({roles}) may run jobs only as: {mine}. Pods would act with a more privileged "
+                        "persona's permissions.",
+                        f"Remove {field_name} or use one of: {mine}; let someone holding {bound} (or the "
+                        "pipeline itself) submit the job, or ask the security team to add "
+                        "serviceAccountsFrom to your persona in rbac/personas.yaml.",
+                        f"{who} may not run jobs as {account} ({bound})",
+                    )
+                    continue
+                names = ", ".join(sorted(team_accounts)) or "none"
                 yield Finding(
                     "MPG-SA-001",
                     path,
-                    f"service account {account} is not one of {team}'s ({names}); pods would act with "
+                    f"service account {account} is not one of {team.name}'s ({names}); pods would act with "
                     "another identity's permissions.",
-                    f"Use one of {team}'s service accounts ({names}) or remove serviceAccountName; "
-                    "ask the team "
-                    "admin to add it to rbac/ if it should be one.",
-                    f"service account {account} does not belong to {team}",
+                    f"Use one of {team.name}'s service accounts you may use ({mine}) or remove "
+                    f"{field_name}; ask the team admin to add it to rbac/ if it should be one.",
+                    f"service account {account} does not belong to {team.name}",
                 )
