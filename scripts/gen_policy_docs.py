@@ -250,7 +250,7 @@ PAGES: dict[str, Page] = {
         what="The object must be a kind and `apiVersion` mpigate judges: `TrainJob`, `TrainingRuntime` and "
         "`ClusterTrainingRuntime` in `trainer.kubeflow.org/v1alpha1`, and `MPIJob` in `kubeflow.org/v2beta1` "
         "([MPIJobs](../mpijobs.md)). The install base sends every version "
-        "of TrainJobs, runtimes and `kubeflow.org` MPIJobs to the webhooks (`apiVersions: [\"*\"]`); any "
+        'of TrainJobs, runtimes and `kubeflow.org` MPIJobs to the webhooks (`apiVersions: ["*"]`); any '
         "other version or kind that reaches the engine — a TrainJob version Trainer serves after this "
         "release, an MPIJob of the old training operator (`kubeflow.org/v1`), a kind a widened webhook "
         "configuration sends — is answered by this rule, naming the `apiVersion`. `mpigate explain`, "

@@ -16,9 +16,8 @@ from mpigate.config.model import DataClassification, NetworkProfile, Region, Tea
 from mpigate.trainjob import Resolution
 from mpigate.trainjob.jsontypes import is_mapping
 
-from .decision import LiveContext, Operation
-from .shapes import TRAINJOB, JobShape
 from .decision import LiveContext, Operation, UserInfo
+from .shapes import TRAINJOB, JobShape
 
 __all__ = [
     "CLASSIFICATION_LABEL",

@@ -19,9 +19,9 @@ from mpigate.policy.context import (
     labels_of,
 )
 from mpigate.policy.findings import Finding
-from mpigate.trainjob import get_path
 from mpigate.policy.prepared import memoized
 from mpigate.policy.requester import label_change_allowed
+from mpigate.trainjob import get_path
 from mpigate.trainjob.jsontypes import is_mapping
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
