@@ -77,8 +77,12 @@ echo "\$ mpigate review examples/trainjobs examples/runtimes examples/mpijobs --
 status=0
 mpigate review examples/trainjobs examples/runtimes examples/mpijobs --server "$url" --ca build/demo-webhook/certs/ca.crt \
   --user maria --group nlp-team-scientists || status=$?
-echo "(exit status $status: 1 means some objects were denied, as their '# expect:' headers say)"
+echo "(exit status $status: 1 means some objects were denied, as their '# expect:' headers say;"
+echo " legacy-vendor-image's waiver belongs to whoever its '# as:' header names, not to maria)"
 [ "$status" -le 1 ] || exit 1
+echo "\$ mpigate review examples/trainjobs/legacy-vendor-image.yaml --user omar@acme.example ..."
+mpigate review examples/trainjobs/legacy-vendor-image.yaml --server "$url" --ca build/demo-webhook/certs/ca.crt \
+  --user omar@acme.example
 
 step "What the webhook counted, then a graceful stop (SIGTERM) and the audit trail it wrote"
 python3 - "$url" build/demo-webhook/certs/ca.crt <<'PY'

@@ -37,10 +37,18 @@ def org():  # type: ignore[no-untyped-def]
     return example_org()
 
 
+def requester(path: Path) -> str:
+    """``# as: USER`` names who submits the example (default: maria, an nlp-team data scientist)."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# as:"):
+            return line.split(":", 1)[1].split()[0]
+    return "maria@acme.example"
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_header_is_true(org, path: Path) -> None:  # type: ignore[no-untyped-def]
     allowed, denied, warned = expectation(path)
-    decision = decide(org, read(path))
+    decision = decide(org, read(path), user=requester(path))
     assert decision.allowed is allowed, decision.message
     enforced = {v.rule for v in decision.violations if v.denies}
     assert enforced == denied

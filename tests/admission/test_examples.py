@@ -17,6 +17,7 @@ import yaml
 from mpigate.admission.client import ReviewClient, make_review, replay
 from mpigate.admission.recorder import MemoryRecorder
 from mpigate.admission.server import ServeOptions
+from mpigate.policy import UserInfo
 from tests.conftest import REPO, TODAY
 
 from .conftest import ThreadedWebhook, write_cert
@@ -86,7 +87,15 @@ def test_example(
     server, recorder, _ = webhook
     expected = expectation(path)
     obj = yaml.safe_load(path.read_text())
-    result = replay(client, obj)
+    as_user = next(
+        (
+            line.split(":", 1)[1].split()[0]
+            for line in path.read_text().splitlines()
+            if line.startswith("# as:")
+        ),
+        None,
+    )
+    result = replay(client, obj, user=UserInfo(as_user, ("system:authenticated",)) if as_user else None)
     assert not result.error
     assert result.validate is not None and result.mutate is not None
     notes = result.validate["auditAnnotations"]

@@ -219,3 +219,67 @@ def test_item_7_service_accounts_follow_the_requesters_persona(client: ReviewCli
         "MPG-SA-001",
         "cv-pipeline is not one of nlp-team's",
     )
+
+
+def test_item_9_an_exception_does_not_follow_a_name_the_tenant_chooses(client: ReviewClient) -> None:
+    """policies/exceptions/cv-team-legacy-image.yaml waives the image rules for legacy-* jobs that
+    cv-team's mlops-engineer persona submits; a data scientist naming a job legacy-x gets nothing."""
+    legacy = example("legacy-vendor-image")
+    scientist = UserInfo("sam@acme.example", ("cv-team-scientists", "system:authenticated"))
+    denied_by(replay(client, legacy, user=scientist), "MPG-IMG-001", "vendor.example.com")
+    omar = UserInfo("omar@acme.example", ("system:authenticated",))
+    result = replay(client, legacy, user=omar)
+    assert result.allowed, result.message
+    assert result.validate is not None
+    assert result.validate["auditAnnotations"]["exceptions"] == "cv-team-legacy-image"
+
+
+@pytest.mark.parametrize(
+    ("image", "allowed", "fragment"),
+    [
+        ("python:3.12-slim", True, ""),  # docker.io/library is allowed upstream: pulled through the mirror
+        ("docker.io/evil/miner:1", False, "pulled from docker.io"),
+        (
+            "registry.acme.internal/mirror/docker.io/evil/miner:1",
+            False,
+            "pulled from docker.io/evil/miner through the mirror registry.acme.internal",
+        ),
+        ("registry.acme.internal/mirror/ghcr.io/evil/x:1", False, "ghcr.io/evil/x through the mirror"),
+    ],
+)
+def test_item_9_the_docker_hub_mirror_admits_only_what_is_allowed_upstream(
+    client: ReviewClient, image: str, allowed: bool, fragment: str
+) -> None:
+    job = example("minimal")
+    job["spec"]["trainer"]["image"] = image
+    result = replay(client, job, user=MARIA)
+    if allowed:
+        assert result.allowed, result.message
+        assert result.patched is not None
+        assert result.patched["spec"]["trainer"]["image"] == (
+            "registry.acme.internal/mirror/docker.io/library/python:3.12-slim"
+        )
+    else:
+        denied_by(result, "MPG-IMG-001", fragment)
+
+
+def test_item_9_managed_by_is_judged(client: ReviewClient) -> None:
+    """A MultiKueue job is judged like any other (Kueue copies its spec to a worker cluster); a
+    controller neither Trainer nor MultiKueue is refused, on CREATE and UPDATE."""
+    job = example("minimal")
+    job["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    assert replay(client, job, user=MARIA).allowed
+    privileged = with_service_account(job, "default")
+    privileged["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
+        "template"
+    ]["spec"]["template"]["spec"] = {
+        "containers": [{"name": "node", "securityContext": {"privileged": True}}]
+    }
+    denied_by(replay(client, privileged, user=MARIA), "MPG-SEC-PRIVILEGED")
+    other = example("minimal")
+    other["spec"]["managedBy"] = "acme.example/runner"
+    denied_by(replay(client, other, user=MARIA), "MPG-RT-001", "spec.managedBy: acme.example/runner")
+    stored = created(client, example("minimal"))
+    moved = copy.deepcopy(stored)
+    moved["spec"]["managedBy"] = "acme.example/runner"
+    denied_by(update(client, moved, stored), "MPG-RT-001", "spec.managedBy")

@@ -101,8 +101,10 @@ def test_network_and_access(config) -> None:
 def test_exceptions(config) -> None:
     (exc,) = config.exceptions_for("alpha")
     assert exc.rule_ids == frozenset({"MPG-IMG-001"})
-    assert exc.matches("alpha", "legacy-x", {})
-    assert not exc.matches("alpha", "modern", {})
+    # the name narrows, the requester decides (match.requestedBy: the mlops-engineer persona)
+    assert exc.matches("alpha", "legacy-x", {}, personas=frozenset({"mlops-engineer"}))
+    assert not exc.matches("alpha", "legacy-x", {}, "ann@fixture.example", (), frozenset({"data-scientist"}))
+    assert not exc.matches("alpha", "modern", {}, personas=frozenset({"mlops-engineer"}))
     assert exc.active_on(exc.expires)
     assert not exc.active_on(exc.expires + datetime.timedelta(days=1))
     assert config.exceptions_for("beta") == ()

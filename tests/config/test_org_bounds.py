@@ -277,7 +277,9 @@ def test_an_approver_outside_the_team_but_not_the_orgs(org: Path) -> None:
 def test_rule_patterns_and_team_wide_matches_need_the_orgs_flag(org: Path) -> None:
     edit(org / EXCEPTION, "rules: [MPG-IMG-001]", "rules: [MPG-IMG-001, MPG-SEC, 'MPG-*']")
     edit(
-        org / EXCEPTION, '  match:\n    trainJobNames: ["legacy-*"]\n', "  match:\n    trainJobNames: ['*']\n"
+        org / EXCEPTION,
+        '  match:\n    trainJobNames: ["legacy-*"]\n    requestedBy: {personas: [mlops-engineer]}\n',
+        "  match:\n    trainJobNames: ['*']\n",
     )
     assert codes(org) == [
         (EXCEPTION.as_posix(), "spec.match", "exception.team-wide"),

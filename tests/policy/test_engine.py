@@ -411,7 +411,8 @@ def test_team_001_and_unmanaged_allow(org: Config) -> None:
 
 def test_exceptions_waive_until_they_expire(org: Config) -> None:
     legacy = read("trainjobs/legacy-vendor-image.yaml")
-    decision = decide(org, legacy)
+    omar = "omar@acme.example"  # cv-team's mlops-engineer: the exception's match.requestedBy
+    decision = decide(org, legacy, user=omar)
     assert decision.allowed
     (v,) = decision.violations
     assert (v.rule, v.waived_by, v.denies) == ("MPG-IMG-001", "cv-team-legacy-image", False)
@@ -423,13 +424,15 @@ def test_exceptions_waive_until_they_expire(org: Config) -> None:
         dt.date(2027, 3, 31),
     )
     assert decision.warnings[0].startswith("[MPG-IMG-001] waived by cv-team-legacy-image until 2027-03-31")
-    on_the_day = decide(org, legacy, now=dt.datetime(2027, 3, 31, 23, 59, tzinfo=dt.UTC))
+    on_the_day = decide(org, legacy, now=dt.datetime(2027, 3, 31, 23, 59, tzinfo=dt.UTC), user=omar)
     assert on_the_day.allowed
-    expired = decide(org, legacy, now=dt.datetime(2027, 4, 1, 0, 1, tzinfo=dt.UTC))
+    expired = decide(org, legacy, now=dt.datetime(2027, 4, 1, 0, 1, tzinfo=dt.UTC), user=omar)
     assert not expired.allowed and not expired.exceptions
     renamed = json.loads(json.dumps(legacy))
     renamed["metadata"]["name"] = "detector"
-    assert not decide(org, renamed).allowed
+    assert not decide(org, renamed, user=omar).allowed
+    # the name is the tenant's to choose: anyone else naming a job legacy-* gets no waiver
+    assert not decide(org, legacy, user="sam@acme.example").exceptions
 
 
 def test_modes_come_from_enforcement(org: Config) -> None:

@@ -15,6 +15,7 @@ from mpigate.policy.images import (
     parse_image,
     registry_allowed,
     split_registry_prefix,
+    unmirror_image,
 )
 
 SHA = "sha256:" + "0123456789abcdef" * 4
@@ -216,6 +217,34 @@ def test_mirror_image(text: str, mirrored: str | None) -> None:
     assert (str(result) if result is not None else None) == mirrored
     if result is not None:
         assert result.original == text
+
+
+@pytest.mark.parametrize(
+    ("text", "upstream"),
+    [
+        ("registry.acme.internal/mirror/docker.io/library/python:3.11", "docker.io/library/python:3.11"),
+        ("registry.acme.internal/mirror/docker.io/evil/miner:1", "docker.io/evil/miner:1"),
+        ("registry.acme.internal/nvidia-hub/cuda:12.4.1-base", "docker.io/nvidia/cuda:12.4.1-base"),
+        (f"registry.acme.internal/mirror/nvcr.io/nvidia/x@{SHA}", f"nvcr.io/nvidia/x@{SHA}"),
+        # quay.io/acme's mirror is the bare host: what no longer prefix matches is quay.io/acme's
+        ("registry.acme.internal/mirrorx/docker.io/a:1", "quay.io/acme/mirrorx/docker.io/a:1"),
+        ("registry.acme.internal/mpi/openmpi:5.0", "quay.io/acme/mpi/openmpi:5.0"),
+        ("registry.acme.internal:5000/mirror/docker.io/a:1", None),  # another port, another host
+        ("python:3.11", None),
+    ],
+)
+def test_unmirror_image_names_what_a_mirror_serves(text: str, upstream: str | None) -> None:
+    """A mirror is transport, not approval: MPG-IMG-001 judges a mirrored image by its upstream."""
+    result = unmirror_image(parse_image(text), MIRRORS)
+    assert (str(result) if result is not None else None) == upstream
+
+
+@given(st.sampled_from(["python:3.11", "acme/x:1", "nvidia/cuda:12", f"nvcr.io/nvidia/pytorch@{SHA}"]))
+def test_unmirror_undoes_mirror(text: str) -> None:
+    ref = parse_image(text)
+    mirrored = mirror_image(ref, MIRRORS)
+    assert mirrored is not None
+    assert unmirror_image(mirrored, MIRRORS) == ref
 
 
 def test_mirror_that_leaves_no_repository_is_an_error() -> None:

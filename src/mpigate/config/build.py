@@ -300,6 +300,13 @@ def build_config(
                 ticket=spec["ticket"],
                 expires=dt.date.fromisoformat(spec["expires"]),
                 source=_loc(entry),
+                requested_by=(
+                    frozenset(match["requestedBy"].get("users", ())),
+                    frozenset(match["requestedBy"].get("groups", ())),
+                    frozenset(match["requestedBy"].get("personas", ())),
+                )
+                if "requestedBy" in match
+                else None,
             )
         )
     by_team: dict[str, list[PolicyException]] = {}

@@ -369,13 +369,41 @@ class PolicyException:
     ticket: str
     expires: dt.date
     source: Location
+    #: ``match.requestedBy`` (users, groups, personas), or None when the exception names nobody.
+    requested_by: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
 
     def active_on(self, day: dt.date) -> bool:
         """An exception applies up to and including its ``expires`` day (UTC)."""
         return day <= self.expires
 
-    def matches(self, namespace: str, name: str, labels: Mapping[str, str]) -> bool:
+    @property
+    def tenant_chosen_only(self) -> bool:
+        """Matches on a name glob or labels — chosen by whoever creates the job — without saying
+        who may benefit: such an exception applies to nothing (``check`` refuses it)."""
+        if self.requested_by is not None:
+            return False
+        names = self.trainjob_names or ()
+        return any(set(pattern) != {"*"} for pattern in names) or bool(self.labels)
+
+    def matches(
+        self,
+        namespace: str,
+        name: str,
+        labels: Mapping[str, str],
+        username: str = "",
+        groups: tuple[str, ...] = (),
+        personas: frozenset[str] = frozenset(),
+    ) -> bool:
+        """Whether the exception covers a job. The requester (``username``, ``groups`` and the
+        ``personas`` they hold in the team) decides who benefits; name globs and labels only
+        narrow, since the job's author chooses them."""
         if self.namespaces is not None and namespace not in self.namespaces:
+            return False
+        if self.requested_by is not None:
+            users, by_groups, by_personas = self.requested_by
+            if not (username in users or any(g in by_groups for g in groups) or personas & by_personas):
+                return False
+        elif self.tenant_chosen_only:
             return False
         if self.trainjob_names is not None and not any(
             fnmatch.fnmatchcase(name, pattern) for pattern in self.trainjob_names

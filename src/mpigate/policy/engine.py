@@ -103,12 +103,13 @@ from .kinds import unrecognized
 from .mpijob import MPIJOB_PROBLEM_RULES, mutate_mpijob
 from .mutation import build_patch_entry, mutate
 from .prepared import config_gpu_resources, config_image_refs, prepared_runtime
+from .requester import personas_of
 from .rules.image import check_image_ref, check_images
 from .rules.lifecycle import check_lifecycle, check_update_guard, own_patch_entry, same_patch_entry
 from .rules.network import check_network
 from .rules.quota import check_quota
 from .rules.residency import check_residency
-from .rules.runtime import check_mpi_sanity, check_runtime_approval, check_runtime_drift
+from .rules.runtime import check_managed_by, check_mpi_sanity, check_runtime_approval, check_runtime_drift
 from .rules.security import check_pod_security, check_secrets, check_service_accounts, credential_reason
 from .shapes import MPIJOB, TRAINJOB, JobShape
 
@@ -656,6 +657,7 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
             ),
         )
         out += approval
+    out += _guarded("MPG-RT-001", lambda: check_managed_by(ctx.spec))
     out += _guarded("MPG-Q001", lambda: check_quota(ctx, demand))
     out += _guarded("MPG-RES-001", lambda: check_residency(ctx))
     out += _guarded("MPG-NET-001", lambda: check_network(ctx))
@@ -854,7 +856,13 @@ def _decide(
 ) -> Decision:
     rules = all_rules()
     day = now.astimezone(dt.UTC).date() if now.tzinfo else now.date()
-    active = [e for e in exceptions if e.active_on(day) and e.matches(namespace or "", name, labels)]
+    user = request.user
+    held = personas_of(config, team, user) if team is not None and exceptions else frozenset()
+    active = [
+        e
+        for e in exceptions
+        if e.active_on(day) and e.matches(namespace or "", name, labels, user.username, user.groups, held)
+    ]
     applied: dict[str, AppliedException] = {}
     violations: list[Violation] = []
     warnings: list[str] = []

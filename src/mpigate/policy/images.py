@@ -33,6 +33,7 @@ __all__ = [
     "parse_image",
     "registry_allowed",
     "split_registry_prefix",
+    "unmirror_image",
 ]
 
 DEFAULT_REGISTRY: Final = "docker.io"
@@ -315,6 +316,30 @@ def mirror_image(ref: ImageRef, mirrors: Mapping[str, str]) -> ImageRef | None:
     if not repository:
         raise _fail(str(ref), f"mirror {mirrors[key]!r} for {key!r} leaves no repository name")
     return _rebuilt(ref, host, repository)
+
+
+def unmirror_image(ref: ImageRef, mirrors: Mapping[str, str]) -> ImageRef | None:
+    """The upstream image that ``ref`` is a mirror of (``ref`` lies under a mirror *value*), or
+    ``None``. ``registry.acme.internal/mirror/docker.io/evil/miner:1`` with
+    ``{"docker.io": "registry.acme.internal/mirror/docker.io"}`` is ``docker.io/evil/miner:1``: a
+    mirror serves whatever its upstream has, so an image is judged by what it mirrors, not by the
+    mirror's host (a pull-through mirror of Docker Hub would otherwise admit all of Docker Hub).
+    The longest matching mirror prefix wins."""
+    values = {value: key for key, value in mirrors.items()}
+    found = _matching(ref, list(values))
+    if not found:
+        return None
+    value = max(found)[2]
+    _, mirror_path = split_registry_prefix(value)
+    host, key_path = split_registry_prefix(values[value])
+    rest = ref.repository[len(mirror_path) :].lstrip("/") if mirror_path else ref.repository
+    repository = "/".join(part for part in (key_path, rest) if part)
+    if not repository:
+        return None
+    try:
+        return _rebuilt(ref, host, repository)
+    except ImageRefError:
+        return None
 
 
 def _rebuilt(ref: ImageRef, host: str, repository: str) -> ImageRef:

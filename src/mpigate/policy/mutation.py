@@ -3,7 +3,8 @@
 * TrainJob labels: ``kueue.x-k8s.io/queue-name`` (the team's default LocalQueue) and
   ``kueue.x-k8s.io/priority-class`` (the team's default) when absent (MPG-Q005, MPG-Q006);
 * ``spec.activeDeadlineSeconds``: the org's default runtime when absent (MPG-LIFE-001);
-* ``spec.trainer.image``: the configured mirror (MPG-IMG-001) — the only patchable image field;
+* ``spec.trainer.image``: the configured mirror, for an image the allow-list admits upstream
+  (MPG-IMG-001) — the only patchable image field;
 * ``spec.trainer.env``: the pinned OpenMPI port environment of the ``pinned-ports`` profile,
   names that are missing only (MPG-NET-002);
 * mpigate's own ``runtimePatches`` entry (``manager: mpigate.io/admission``), appended — or
@@ -118,8 +119,10 @@ def default_labels(ctx: JobContext, metadata: dict[str, Any]) -> None:
 
 
 def mirrored_image(config: Config, image: str) -> str | None:
-    """``image`` rewritten to the configured mirror, when its registry is not allowed and a mirror
-    covers it (``None``: leave it; MPG-IMG-001 judges it)."""
+    """``image`` rewritten to the configured mirror, when a mirror covers it and the allow-list
+    admits it upstream (``None``: leave it; MPG-IMG-001 judges it). A mirror is transport, not
+    approval: MPG-IMG-001 judges a mirrored image by what it mirrors, so an image no entry admits
+    is not rewritten (it is denied naming its real registry)."""
     mirrors = config.org.images.mirrors
     if not mirrors:
         return None
@@ -127,7 +130,8 @@ def mirrored_image(config: Config, image: str) -> str | None:
         ref = images.parse_image(image)
     except images.ImageRefError:
         return None
-    if images.registry_allowed(ref, config.org.images.allowed_registries) is not None:
+    allowed = config.org.images.allowed_registries
+    if allowed and images.registry_allowed(ref, allowed) is None:
         return None
     try:
         mirrored = images.mirror_image(ref, mirrors)

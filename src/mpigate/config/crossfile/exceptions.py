@@ -47,7 +47,12 @@ def _service_account_name(user: str) -> str | None:
 
 def _matches_everything(match: Mapping[str, Any]) -> bool:
     names = match.get("trainJobNames") or ()
-    return not (any(set(n) != {"*"} for n in names) or match.get("namespaces") or match.get("labels"))
+    return not (
+        any(set(n) != {"*"} for n in names)
+        or match.get("namespaces")
+        or match.get("labels")
+        or match.get("requestedBy")
+    )
 
 
 def check_exceptions(c: Collector, tree: Tree, exceptions: list[Entry], access: list[Entry]) -> None:
@@ -97,8 +102,9 @@ def check_exceptions(c: Collector, tree: Tree, exceptions: list[Entry], access: 
                 ["spec", "match"],
                 f"exception {name_of(entry)!r} matches every TrainJob of team {spec['team']!r}",
                 "exception.team-wide",
-                "narrow it with match.trainJobNames, match.labels or match.namespaces (or have the "
-                "OrgPolicy's owners set spec.exceptions.allowTeamWide)",
+                "narrow it with match.requestedBy, match.namespaces, or match.trainJobNames / "
+                "match.labels with match.requestedBy (or have the OrgPolicy's owners set "
+                "spec.exceptions.allowTeamWide)",
             )
         for i, ns in enumerate(spec["match"].get("namespaces") or ()):
             c.ref(
@@ -109,6 +115,34 @@ def check_exceptions(c: Collector, tree: Tree, exceptions: list[Entry], access: 
                 f"namespace {ns!r} does not belong to team {spec['team']!r}",
                 "ref.namespace",
             )
+        _check_requesters(c, tree, entry, spec)
+
+
+def _check_requesters(c: Collector, tree: Tree, entry: Entry, spec: Mapping[str, Any]) -> None:
+    """A job's name and labels are chosen by whoever creates it: they narrow an exception, and
+    ``match.requestedBy`` (the AdmissionReview's userInfo, which a tenant cannot choose) says who
+    benefits. Without it the engine applies such an exception to nothing."""
+    match = spec["match"]
+    chosen = [k for k in ("trainJobNames", "labels") if k in match]
+    # Only ``*`` as the name matches every job: that is the team-wide case, judged on its own.
+    if chosen and "requestedBy" not in match and not _matches_everything(match):
+        c.error(
+            entry,
+            ["spec", "match", chosen[0]],
+            f"match.{' and match.'.join(chosen)} are chosen by whoever creates the TrainJob, so any "
+            f"member of {spec['team']} could name a job to fit; the exception would apply to nothing",
+            "exception.tenant-chosen",
+            "add match.requestedBy (users, groups or personas of the team) to say who may benefit",
+        )
+    for i, persona in enumerate((match.get("requestedBy") or {}).get("personas") or ()):
+        c.ref(
+            entry,
+            ["spec", "match", "requestedBy", "personas", i],
+            persona,
+            tree.personas,
+            f"persona {persona!r} does not exist",
+            "ref.persona",
+        )
 
 
 def _check_approver(

@@ -159,32 +159,32 @@ def check_image_ref(
             "invalid image reference",
         )
         return
-    if allowed and images.registry_allowed(ref, allowed) is None:
-        try:
-            mirrored = images.mirror_image(ref, policy.mirrors) if policy.mirrors else None
-        except images.ImageRefError:  # the mirrored name would be invalid: no mirror applies
-            mirrored = None
-        if mirrored is not None and not patchable:
-            hint = (
-                " A mirror exists "
-                f"({mirrored.original if mirrored.original != image else mirrored.name}), but "
-                "this field cannot be patched by mpigate."
-            )
-        else:
-            hint = ""
+    # A mirror serves what it mirrors: an image under a mirror prefix is judged by its upstream.
+    upstream = images.unmirror_image(ref, policy.mirrors) if policy.mirrors else None
+    judged = upstream if upstream is not None else ref
+    if allowed and images.registry_allowed(judged, allowed) is None:
+        where = (
+            f"{judged.registry}/{judged.repository} through the mirror {ref.registry}"
+            if upstream is not None
+            else ref.registry
+        )
         fix = (
             f"Push the image to an allowed registry and reference it there (e.g. {allowed[0]}/"
             f"{ref.repository.rsplit('/', 1)[-1]}:<tag>)."
             if patchable
             else f"Use a runtime whose images come from an allowed registry ({', '.join(allowed)})."
         )
+        if upstream is not None:
+            fix += (
+                f" A mirror admits only what allowedRegistries allows upstream (e.g. {judged.registry}/"
+                f"{judged.repository.split('/', 1)[0]}, if the security team approves it)."
+            )
         yield Finding(
             "MPG-IMG-001",
             path,
-            f"image {image} is pulled from {ref.registry}, which is not an allowed registry "
-            f"({', '.join(allowed)}).{hint}",
+            f"image {image} is pulled from {where}, which is not an allowed registry ({', '.join(allowed)}).",
             fix,
-            f"image from {ref.registry} is not from an allowed registry",
+            f"image from {judged.registry} is not from an allowed registry",
         )
     if policy.forbid_latest and ref.digest is None and ref.is_latest:
         what = "has no tag (which means :latest)" if ref.tag is None else "uses the mutable :latest tag"

@@ -14,7 +14,7 @@ from mpigate.trainjob import EffectiveJob, Resolution
 from mpigate.trainjob.defaults import with_runtime_defaults
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
 
-__all__ = ["check_mpi_sanity", "check_runtime_approval", "check_runtime_drift"]
+__all__ = ["check_managed_by", "check_mpi_sanity", "check_runtime_approval", "check_runtime_drift"]
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 
@@ -87,6 +87,35 @@ def check_runtime_approval(
             "Add the runtime manifest to policies/runtimes/ (or mark the approval external: true).",
             f"{what} has no reviewed manifest",
         )
+
+
+# Trainer's CRD (pkg/apis/trainer/v1alpha1/trainjob_types.go, TrainJobSpec.ManagedBy) accepts exactly
+# these; Trainer's controller skips every other value (pkg/util/trainjob IsManagedByExternalController).
+TRAINER_CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+
+
+def check_managed_by(spec: Mapping[str, Any]) -> Iterator[Finding]:
+    """MPG-RT-001 for ``spec.managedBy``. A TrainJob is judged the same whoever runs it: Trainer
+    here, or MultiKueue, which copies the spec verbatim to a worker cluster, clearing only
+    ``managedBy`` and Kueue's own runtime patch (Kueue: pkg/controller/jobs/trainjob/
+    trainjob_multikueue_adapter.go (*multiKueueAdapter).SyncJob). Any other controller would build
+    pods mpigate never judged, so it is refused."""
+    if "managedBy" not in spec:
+        return
+    value = spec.get("managedBy")
+    if value in (TRAINER_CONTROLLER, MULTIKUEUE):
+        return
+    shown = value if isinstance(value, str) else f"a {type(value).__name__}"
+    yield Finding(
+        "MPG-RT-001",
+        "spec.managedBy",
+        f"{shown} is not a controller mpigate can vouch for: only Trainer ({TRAINER_CONTROLLER}) and "
+        f"MultiKueue ({MULTIKUEUE}, which runs the same spec on a worker cluster) build the pods mpigate "
+        "judges.",
+        f"Remove spec.managedBy (Trainer runs the job), or set it to {MULTIKUEUE} for MultiKueue.",
+        f"spec.managedBy {shown} is not Trainer or MultiKueue",
+    )
 
 
 def check_runtime_drift(
