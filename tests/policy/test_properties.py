@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mpigate.config import Config
@@ -258,6 +258,8 @@ MPIJOB_PATHS = [
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(MPIJOB_PATHS), json_values)
+# found by a landing run: a container named by a list reached mpijob._merge_defaults' dict lookup
+@example(("spec", "mpiReplicaSpecs", "Worker", "template", "spec"), {"containers": [{"name": []}]})
 def test_an_mpijob_field_of_the_wrong_type_never_raises_and_what_the_operator_refuses_is_denied(
     path: tuple[Any, ...], value: Any
 ) -> None:

@@ -163,14 +163,17 @@ def _merge_defaults(spec: dict[str, Any], defaults: Mapping[str, Any]) -> bool:
     for list_field in ("initContainers", "containers"):
         wanted = {c["name"]: c["securityContext"] for c in as_list(defaults.get(list_field))}
         for container in as_list(spec.get(list_field)):
-            if not isinstance(container, dict) or container.get("name") not in wanted:
+            name = container.get("name") if isinstance(container, dict) else None
+            # a name of the wrong type (a list, a map) is never a defaulted container: MPG-RT-002
+            # reports it, and it must not reach the dictionary lookup (unhashable)
+            if not isinstance(container, dict) or not isinstance(name, str) or name not in wanted:
                 continue
             current = container.get("securityContext")
             if current is None:
                 current = container["securityContext"] = {}
             if not isinstance(current, dict):
                 continue
-            for key, value in wanted[container["name"]].items():
+            for key, value in wanted[name].items():
                 if key == "capabilities" and isinstance(current.get("capabilities"), dict):
                     current["capabilities"] = {**current["capabilities"], **value}
                 else:
