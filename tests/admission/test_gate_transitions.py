@@ -283,3 +283,25 @@ def test_item_9_managed_by_is_judged(client: ReviewClient) -> None:
     moved = copy.deepcopy(stored)
     moved["spec"]["managedBy"] = "acme.example/runner"
     denied_by(update(client, moved, stored), "MPG-RT-001", "spec.managedBy")
+
+
+def test_item_5_resume_and_patch_in_one_request_is_judged_whole(client: ReviewClient) -> None:
+    """Trainer lets runtimePatches change when the job is suspended before *or* after the update
+    (Trainer: pkg/runtime/framework/plugins/jobset/jobset.go (*JobSet).checkRuntimePatchesImmutability),
+    so a tenant can resume and patch in one request; the new object is judged whole. A changed
+    runtimeRef (immutable in Trainer's CRD, which mpigate does not rely on) is judged against the
+    new runtime, not grandfathered against the old one."""
+    stored = created(client, example("minimal"))
+    stored["spec"]["suspend"] = True
+    resumed = with_service_account(stored, "default")
+    resumed["spec"]["runtimePatches"] = stored["spec"]["runtimePatches"] + resumed["spec"]["runtimePatches"]
+    resumed["spec"]["runtimePatches"][-1]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
+        "template"
+    ]["spec"]["template"]["spec"] = {"hostNetwork": True}
+    resumed["spec"]["suspend"] = False
+    denied_by(update(client, resumed, stored), "MPG-SEC-HOSTNAMESPACES")
+    data = created(client, example("phi-pinned"))
+    switched = copy.deepcopy(data)
+    switched["spec"]["runtimeRef"] = {"name": "mpi-openmpi-gpu"}
+    result = update(client, switched, data)
+    assert not result.allowed and "[MPG-RT-001]" in result.message, result.message

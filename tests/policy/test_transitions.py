@@ -254,3 +254,19 @@ def test_forged_own_entries_are_judged_as_a_tenants_patch(tmp_path: Path) -> Non
     update = decide(ORG, twice, operation="UPDATE", old=stored, user=tenant)
     assert {"MPG-LIFE-003", "MPG-RES-002"} <= {v.rule for v in update.denying}, update.message
     assert json.dumps(stored)  # the stored object itself was never modified
+
+
+def test_a_swapped_credential_is_a_new_finding_not_a_grandfathered_one() -> None:
+    """The credential rule hides the value (it names only its length): two credentials of one
+    length would read the same. Its hidden value (a digest) tells them apart on UPDATE."""
+    _, stored, tenant = next(c for c in CREATABLE if c[0] == "minimal")
+    old = copy.deepcopy(stored)
+    old["spec"]["trainer"]["env"] = [{"name": "HF_TOKEN", "value": "hf_" + "a" * 34}]
+    same = copy.deepcopy(old)
+    same["spec"]["suspend"] = True  # a condition that predates the update does not block Kueue
+    assert decide(ORG, same, operation="UPDATE", old=old, user=KUEUE).allowed
+    swapped = copy.deepcopy(old)
+    swapped["spec"]["trainer"]["env"] = [{"name": "HF_TOKEN", "value": "hf_" + "b" * 34}]
+    decision = decide(ORG, swapped, operation="UPDATE", old=old, user=tenant)
+    assert "MPG-SEC-SECRETS" in {v.rule for v in decision.denying}, decision.message
+    assert "hf_" + "b" * 34 not in json.dumps(decision.to_dict())  # never shown

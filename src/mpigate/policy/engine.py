@@ -110,7 +110,13 @@ from .rules.network import check_network
 from .rules.quota import check_quota
 from .rules.residency import check_residency
 from .rules.runtime import check_managed_by, check_mpi_sanity, check_runtime_approval, check_runtime_drift
-from .rules.security import check_pod_security, check_secrets, check_service_accounts, credential_reason
+from .rules.security import (
+    check_pod_security,
+    check_secrets,
+    check_service_accounts,
+    credential_reason,
+    value_digest,
+)
 from .shapes import MPIJOB, TRAINJOB, JobShape
 
 __all__ = ["RUNTIME_KINDS", "evaluate", "judge", "mutations"]
@@ -735,6 +741,7 @@ def _trainer_only(ctx: JobContext) -> Iterator[Finding]:
                     f"({len(value)} characters; the value is not shown).",
                     "Store it in a Secret and reference it with valueFrom.secretKeyRef.",
                     f"env {name} looks like a literal credential",
+                    value=value_digest(value),
                 )
 
 

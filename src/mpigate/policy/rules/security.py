@@ -3,6 +3,7 @@ literal env values) and MPG-SA-001 (service accounts in runtime patches)."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import re
@@ -18,7 +19,14 @@ from mpigate.policy.findings import Finding
 from mpigate.policy.requester import personas_of, service_account_personas, usable_service_accounts
 from mpigate.trainjob import EffectiveJob, Resolution, parse_path
 
-__all__ = ["PSS_FIXES", "check_pod_security", "check_secrets", "check_service_accounts", "credential_reason"]
+__all__ = [
+    "PSS_FIXES",
+    "check_pod_security",
+    "check_secrets",
+    "check_service_accounts",
+    "credential_reason",
+    "value_digest",
+]
 
 # How to fix each upstream check, in the words of a pod spec.
 PSS_FIXES: Mapping[str, str] = {
@@ -187,6 +195,13 @@ def credential_reason(name: str, value: str) -> str | None:
     return None
 
 
+def value_digest(value: str) -> str:
+    """What identifies a hidden value in :attr:`Finding.identity` (a truncated SHA-256; the value
+    itself is never kept): on UPDATE, a credential swapped for another of the same length is a new
+    finding, not a grandfathered one."""
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def check_secrets(jobs: tuple[EffectiveJob, ...]) -> Iterator[Finding]:
     """MPG-SEC-SECRETS on every container's literal env values (the values are never echoed)."""
     seen: set[str] = set()
@@ -211,6 +226,7 @@ def check_secrets(jobs: tuple[EffectiveJob, ...]) -> Iterator[Finding]:
                 "Store it in a Secret and reference it: valueFrom: {secretKeyRef: {name: <secret>, key: "
                 "<key>}}. Rotate the credential: it is now in the object's history.",
                 f"env {name} looks like a literal credential; use valueFrom.secretKeyRef",
+                value=value_digest(value),
             )
 
 
