@@ -28,8 +28,8 @@ def one(kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
     return found[0]
 
 
-def test_deployment_arguments_probes_and_volumes() -> None:
-    pod = one("Deployment", "mpigate-controller")["spec"]["template"]["spec"]
+def test_statefulset_arguments_probes_and_volumes() -> None:
+    pod = one("StatefulSet", "mpigate-controller")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     ctx = controller_command.make_context("controller", list(container["args"][1:]))  # raises if invalid
     assert ctx.params["audit_dir"].as_posix() == "/var/lib/mpigate/audit"
@@ -44,7 +44,8 @@ def test_deployment_arguments_probes_and_volumes() -> None:
     assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert mounts["audit"] == "/var/lib/mpigate/audit" and "emptyDir" in volumes["audit"]
+    # the audit volume is the StatefulSet's per-replica claim (tests/webhooks/test_install_base.py)
+    assert mounts["audit"] == "/var/lib/mpigate/audit" and "audit" not in volumes
     assert volumes["audit-key"]["secret"]["secretName"] == "mpigate-audit-key"
     assert mounts["config"] == "/etc/mpigate/config"
 

@@ -3,6 +3,7 @@ matchConditions exclude exactly the identities they should."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import cel
@@ -157,10 +158,10 @@ def test_webhook_settings() -> None:
         assert "mpigate-webhook.mpigate-system.svc" in certificate["spec"]["dnsNames"]
 
 
-def test_service_and_deployment_serve_the_routes_port_and_probes() -> None:
+def test_service_and_statefulset_serve_the_routes_port_and_probes() -> None:
     service = _one("Service", "mpigate-webhook")
-    deployment = _one("Deployment", "mpigate-webhook")
-    pod = deployment["spec"]["template"]["spec"]
+    webhook = _one("StatefulSet", "mpigate-webhook")
+    pod = webhook["spec"]["template"]["spec"]
     container = pod["containers"][0]
     port_names = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert service["spec"]["ports"] == [
@@ -196,10 +197,10 @@ def test_service_and_deployment_serve_the_routes_port_and_probes() -> None:
     )
     assert mounts["audit-key"] == "/etc/mpigate/audit-key"
     assert mounts["audit"] == "/var/lib/mpigate/audit"
-    assert deployment["spec"]["replicas"] == 3
+    assert webhook["spec"]["replicas"] == 3
     assert pod["affinity"]["podAntiAffinity"]
     assert _one("PodDisruptionBudget", "mpigate-webhook")["spec"]["minAvailable"] == 2
-    controller = _one("Deployment", "mpigate-controller")
+    controller = _one("StatefulSet", "mpigate-controller")
     assert controller["spec"]["replicas"] == 2
     # the controller's own arguments, RBAC and probes: tests/controller/test_install.py
     assert controller["spec"]["template"]["spec"]["containers"][0]["args"][:3] == [
@@ -209,9 +210,46 @@ def test_service_and_deployment_serve_the_routes_port_and_probes() -> None:
     ]
 
 
+@pytest.mark.parametrize(("name", "size"), [("mpigate-webhook", "10Gi"), ("mpigate-controller", "2Gi")])
+def test_each_replica_keeps_its_audit_chain_on_its_own_volume(name: str, size: str) -> None:
+    """Issue 23 item 2: the audit directory is a claim per replica (a StatefulSet's
+    volumeClaimTemplate), never an emptyDir that dies with the pod; the claims outlive a scale-down
+    or a deleted StatefulSet; the non-root user can write to them (fsGroup)."""
+    workload = _one("StatefulSet", name)
+    spec = workload["spec"]
+    pod = spec["template"]["spec"]
+    container = pod["containers"][0]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    args = container["args"]
+    assert mounts["audit"] == args[args.index("--audit-dir") + 1] == "/var/lib/mpigate/audit"
+    assert "audit" not in {v["name"] for v in pod["volumes"]}  # a pod volume would shadow the claim
+    (claim,) = spec["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "audit"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == size
+    assert spec["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"] == 65532
+    # no pod volume is an emptyDir except the scratch /tmp
+    assert [v["name"] for v in pod["volumes"] if "emptyDir" in v] == ["tmp"]
+    assert not [o for o in _objects() if o["kind"] == "Deployment"]
+
+
+def test_the_install_base_runs_the_image_make_image_builds() -> None:
+    """One source of truth: the image name (pyproject's [tool.mpigate.image]) and the tag (the
+    project's version) that `make image` builds are what every container and the kustomization name."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    name, version = project["tool"]["mpigate"]["image"]["name"], project["project"]["version"]
+    pods = [o["spec"]["template"]["spec"] for o in _objects() if o["kind"] == "StatefulSet"]
+    containers = [c for pod in pods for c in pod.get("initContainers", []) + pod["containers"]]
+    assert len(containers) == 2
+    assert {c["image"] for c in containers} == {f"{name}:{version}"}
+    kustomization = yaml.safe_load((WEBHOOKS / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert kustomization["images"] == [{"name": name, "newTag": version}]
+
+
 def test_pods_run_restricted() -> None:
     for name in ("mpigate-webhook", "mpigate-controller"):
-        pod = _one("Deployment", name)["spec"]["template"]["spec"]
+        pod = _one("StatefulSet", name)["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         for container in pod["containers"]:

@@ -116,7 +116,7 @@ _SUFFIXES = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".
     "install",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="The install base (webhooks/ of `mpigate init --install-base`): expect at least as many "
-    "webhook chains as its webhook Deployment has replicas, and one controller chain.",
+    "webhook chains as its webhook StatefulSet has replicas, and one controller chain.",
 )
 @click.option(
     "--sample", type=click.IntRange(0, 100_000), default=0, help="Draw a random sample of N requests."
@@ -327,8 +327,9 @@ def _not_applicable(values: tuple[str, ...], frameworks: tuple[str, ...]) -> dic
 
 
 def _install_expectations(install: Path) -> list[str]:
-    """SOURCE=N expectations from the install base's Deployments: one chain per webhook replica
-    (each writes its own), and at least one controller chain (only the leader writes)."""
+    """SOURCE=N expectations from the install base's workloads: one chain per webhook replica
+    (each writes its own), and at least one controller chain (only the leader writes). The webhook
+    is a StatefulSet since issue 23; an overlay that still runs the Deployment counts the same."""
     replicas = None
     for path in sorted([*install.glob("*.yaml"), *install.glob("*/*.yaml")]):
         try:
@@ -338,14 +339,14 @@ def _install_expectations(install: Path) -> list[str]:
         for doc in documents:
             if (
                 isinstance(doc, dict)
-                and doc.get("kind") == "Deployment"
+                and doc.get("kind") in ("StatefulSet", "Deployment")
                 and (doc.get("metadata") or {}).get("name") == "mpigate-webhook"
             ):
                 value = (doc.get("spec") or {}).get("replicas", 1)
                 replicas = value if isinstance(value, int) and value > 0 else 1
     if replicas is None:
         raise click.BadParameter(
-            f"no Deployment mpigate-webhook under {install} (give the install base, e.g. webhooks/base)",
+            f"no StatefulSet mpigate-webhook under {install} (give the install base, e.g. webhooks/base)",
             param_hint="--install",
         )
     return [f"webhook={replicas}", "controller=1"]
