@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,3 +34,34 @@ def upstream() -> Path:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+def unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs (a real disk that fills up); needs root, skips (fails under CI=true) without."""
+    if os.geteuid() != 0:
+        unavailable("mounting a 256 KiB tmpfs needs root")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        unavailable(f"cannot mount a tmpfs: {result.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill_disk(path: Path) -> None:
+    """Write zeros to ``path`` until its file system is full (raises OSError ENOSPC)."""
+    with path.open("wb", buffering=0) as fh:
+        while True:
+            fh.write(b"\0" * 4096)

@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,41 +20,11 @@ from prometheus_client import CollectorRegistry
 from mpigate.audit import AuditLog, AuditMetrics, AuditWriteError, HmacSigner
 from mpigate.audit.layout import list_segments
 from mpigate.audit.reader import read_chains, verify_chain
+from tests.conftest import fill_disk
 
 from .conftest import HMAC_SECRET, entry
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture
-def tiny_tmpfs(tmp_path: Path):
-    if os.geteuid() != 0:
-        _unavailable("mounting a 256 KiB tmpfs needs root")
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        _unavailable(f"cannot mount a tmpfs: {result.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def _fill(path: Path) -> None:
-    """Write zeros until the file system is full (raises OSError ENOSPC)."""
-    with path.open("wb") as fh:
-        while True:
-            fh.write(b"\0" * 4096)
-            fh.flush()
 
 
 def test_full_disk_fails_appends_and_recovers(tiny_tmpfs, keyring, caplog):
@@ -66,7 +37,7 @@ def test_full_disk_fails_appends_and_recovers(tiny_tmpfs, keyring, caplog):
     before = segment.stat().st_size
     filler = tiny_tmpfs / "filler"
     with pytest.raises(OSError, match="No space left") as full:
-        _fill(filler)
+        fill_disk(filler)
     assert full.value.errno == errno.ENOSPC
     caplog.set_level(logging.ERROR, logger="mpigate.audit.writer")
     big = entry(100, blob="z" * 8192)
@@ -89,6 +60,46 @@ def test_full_disk_fails_appends_and_recovers(tiny_tmpfs, keyring, caplog):
     assert sum(1 for e in stored.values() if e.record.get("i") == 100) == 1  # only the acknowledged one
     report = verify_chain(directory / "full", keyring)
     assert report.ok, report.problems
+
+
+def test_an_idle_writer_heals_itself_when_the_disk_recovers(tiny_tmpfs, keyring, caplog):
+    # A server that is not ready gets no traffic: the writer must notice the disk is back without
+    # an append, and say why it was unhealthy meanwhile.
+    registry = CollectorRegistry()
+    directory = tiny_tmpfs / "audit"
+    log = AuditLog.open(
+        directory, chain="idle", signer=HmacSigner(HMAC_SECRET), metrics=AuditMetrics(registry)
+    )
+    log.append(entry(1))
+    filler = tiny_tmpfs / "filler"
+    with pytest.raises(OSError, match="No space left"):
+        fill_disk(filler)
+
+    def fill_the_last_page() -> None:  # small records take what is left of the segment's page
+        for i in range(2, 10_000):
+            log.append(entry(i))
+
+    with pytest.raises(AuditWriteError):
+        fill_the_last_page()
+    assert not log.healthy and "ENOSPC" in (log.problem or "")
+    caplog.set_level(logging.DEBUG, logger="mpigate.audit.writer")
+    caplog.clear()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any("ENOSPC" in r.getMessage() for r in caplog.records):
+        time.sleep(0.05)  # the writer probed the still-full disk at least once
+    assert not log.healthy
+    assert all(r.levelno == logging.DEBUG for r in caplog.records if "ENOSPC" in r.getMessage())
+    assert registry.get_sample_value("mpigate_audit_write_failures_total", {"reason": "ENOSPC"}) == 1
+    filler.unlink()
+    while time.monotonic() < deadline and not log.healthy:
+        time.sleep(0.05)
+    assert log.healthy and log.problem is None
+    assert registry.get_sample_value("mpigate_audit_writer_healthy") == 1
+    log.close()
+    records = [e.record for e in read_chains([directory], keyring)]
+    resumed = [r for r in records if r.get("stage") == "checkpoint" and r["checkpoint"]["reason"] == "resume"]
+    assert len(resumed) == 1
+    assert verify_chain(directory / "idle", keyring).ok
 
 
 def test_file_size_limit_fails_appends_and_recovers(tmp_path, keyring):

@@ -69,11 +69,17 @@ class DecisionRecorder(Protocol):
         """False while records cannot be written (the server then reports not ready)."""
         ...
 
+    @property
+    def problem(self) -> str | None:
+        """While not :attr:`healthy`: why (shown by ``/readyz``)."""
+        ...
+
 
 class NullRecorder:
     """Records nothing (``mpigate serve`` without ``--audit-dir``)."""
 
     healthy = True
+    problem = None
 
     async def record(
         self, decision: Decision, request: AdmissionInput, stage: Stage
@@ -98,6 +104,7 @@ class MemoryRecorder:
     """Keeps records in memory, in order (tests, and embedding mpigate in another program)."""
 
     healthy = True
+    problem = None
 
     def __init__(self) -> None:
         self._records: list[RecordedDecision] = []

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .kube import KubeClient, KubeConfig
 from .live import KubeLiveSource, LiveSource
@@ -103,6 +104,32 @@ def _bad(request: web.Request, stage: str, status: int, message: str, reason: st
     return _json(status_body(status, f"{message} (request id {request_id})"), status)
 
 
+# aiohttp's payload parser decodes these (and passes any other coding through undecoded, which
+# would judge bytes the client did not mean): the API server sends none of them.
+_DECODED_CODINGS: Final = frozenset({"identity", "gzip", "deflate"})
+
+
+def _content_coding(request: web.Request) -> str:
+    coding = request.headers.get(hdrs.CONTENT_ENCODING, "").strip().lower()
+    return coding or "identity"
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost reason (zlib's "incorrect header check" rather than aiohttp's wrappers)."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return str(exc.message if isinstance(exc, HttpProcessingError) else exc).strip()
+
+
+def _client_gone(request: web.Request, stage: str) -> None:
+    request.app[SERVICE_KEY].metrics.bad_requests.labels(stage, "client-disconnected").inc()
+    log.debug(
+        "%s: the client disconnected before sending the whole body",
+        request.path,
+        extra=fields(event="client_disconnected", request_id=request[REQUEST_ID_KEY], stage=stage),
+    )
+
+
 def _review_handler(stage: Stage) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
         service = request.app[SERVICE_KEY]
@@ -120,10 +147,28 @@ def _review_handler(stage: Stage) -> Callable[[web.Request], Awaitable[web.Strea
                 f"body of {request.content_length} bytes exceeds {max_body} bytes",
                 "too-large",
             )
+        coding = _content_coding(request)
+        if coding not in _DECODED_CODINGS:
+            return _bad(
+                request,
+                stage,
+                415,
+                f"content encoding {coding} is not supported (send identity, gzip or deflate)",
+                "content-encoding",
+            )
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _bad(request, stage, 413, f"body exceeds {max_body} bytes", "too-large")
+        except (
+            web.RequestPayloadError,
+            HttpProcessingError,
+        ) as exc:  # a gzip/deflate body that does not decode, a bad chunk
+            what = f"the {coding} body" if coding != "identity" else "the body"
+            return _bad(request, stage, 400, f"cannot decode {what}: {_root_cause(exc)}", "bad-body")
+        except ConnectionError:  # the client went away mid-body: nobody to answer
+            _client_gone(request, stage)
+            return web.Response(status=400)
         reply = await service.review(stage, body, request[REQUEST_ID_KEY])
         return _json(reply.body, reply.status)
 
@@ -143,7 +188,7 @@ async def _readyz(request: web.Request) -> web.StreamResponse:
     if loaded is None:
         return _json({"status": "no config", "error": service.store.last_error}, 503)
     if not service.recorder.healthy:
-        return _json({"status": "audit trail not writable"}, 503)
+        return _json({"status": "audit trail not writable", "reason": service.recorder.problem}, 503)
     return _json({"status": "ready", "revision": loaded.revision})
 
 
@@ -315,8 +360,13 @@ class WebhookServer:
             return
         try:
             await self.service.recorder.record_config(loaded.config)
-        except Exception:  # the trail is unhealthy: decisions fail closed on their own record
-            log.exception("could not record config revision %s in the audit trail", loaded.revision)
+        except Exception as exc:  # the trail is unhealthy: decisions fail closed on their own record
+            log.error(
+                "could not record config revision %s in the audit trail: %s",
+                loaded.revision,
+                exc,
+                extra=fields(event="audit_error", revision=loaded.revision),
+            )
 
     async def check_reload(self) -> None:
         """One poll of the config tree and the certificate files."""

@@ -89,6 +89,10 @@ class AsyncAuditLog:
     def healthy(self) -> bool:
         return self.log.healthy
 
+    @property
+    def problem(self) -> str | None:
+        return self.log.problem
+
     async def append(self, entry: Mapping[str, Any]) -> WrittenRecord:
         """Append and wait until durable; raises :class:`AuditWriteError` when not written.
 

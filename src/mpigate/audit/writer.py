@@ -60,6 +60,9 @@ __all__ = ["AuditLog"]
 
 logger = logging.getLogger(__name__)
 
+# How often an unhealthy, idle writer tries the disk again (seconds).
+_HEAL_INTERVAL = 1.0
+
 
 @dataclass(slots=True)
 class _Pending:
@@ -127,6 +130,7 @@ class AuditLog:
         self._state = _State()
         self._needs_reload = True
         self._healthy = True
+        self._problem: str | None = None
         self._last_stage = ""
         self._sentinels = Sentinels(secrets.token_hex(16))
         self._thread: threading.Thread | None = None
@@ -210,6 +214,11 @@ class AuditLog:
         """False after a failed commit until the next successful one."""
         return self._healthy
 
+    @property
+    def problem(self) -> str | None:
+        """Why the last commit failed, while :attr:`healthy` is False (else None)."""
+        return None if self._healthy else self._problem
+
     def submit(self, entry: Mapping[str, Any]) -> concurrent.futures.Future[WrittenRecord]:
         """Queue ``entry`` and return a future of its :class:`WrittenRecord` (completed after fsync,
         or failed with :class:`AuditWriteError`). Raises ``ValueError`` for an invalid entry and
@@ -275,6 +284,8 @@ class AuditLog:
             raise
 
     def _idle_timeout(self) -> float:
+        if not self._healthy:
+            return _HEAL_INTERVAL
         due = self._checkpoint_due_at()
         if due is not None:
             return max(0.01, due - time.monotonic())
@@ -292,6 +303,9 @@ class AuditLog:
         return due is not None and time.monotonic() >= due
 
     def _idle(self) -> None:
+        if not self._healthy:
+            self._heal()
+            return
         now = self._clock().timestamp()
         try:
             if self._needs_reload:
@@ -302,6 +316,17 @@ class AuditLog:
                 self._commit_internal(lambda: [self._checkpoint_line("age")])
         except OSError as exc:
             self._note_failure(exc, 0)
+
+    def _heal(self) -> None:
+        """Try the disk again after a failure, with nothing queued: a server that reports not
+        ready gets no traffic whose appends would retry, so the writer itself signs the head
+        (a ``resume`` checkpoint) once the disk takes writes again."""
+        try:
+            if self._needs_reload:
+                self._reload(startup=False)
+            self._commit_internal(lambda: [self._checkpoint_line("resume")])
+        except OSError as exc:
+            self._note_failure(exc, 0, probe=True)
 
     def _shutdown(self) -> None:
         try:
@@ -436,17 +461,21 @@ class AuditLog:
         for pending in live:
             pending.future.set_exception(error)
 
-    def _note_failure(self, exc: OSError, records: int) -> AuditWriteError:
+    def _note_failure(self, exc: OSError, records: int, *, probe: bool = False) -> AuditWriteError:
         reason = _errno_name(exc)
         where = self._state.segment or self._chain_dir
         message = f"audit log {where}: {exc.strerror or exc} ({reason}); {records} record(s) not written"
         if self._healthy:
             logger.error("%s", message)
+        elif probe:  # the disk is still failing: said once already, and the probe wrote no record
+            logger.debug("%s", message)
         else:
             logger.warning("%s", message)
         self._healthy = False
+        self._problem = message
         if self._metrics is not None:
-            self._metrics.write_failures.labels(reason).inc()
+            if not probe:
+                self._metrics.write_failures.labels(reason).inc()
             self._metrics.writer_healthy.set(0)
         error = AuditWriteError(message, reason)
         error.__cause__ = exc

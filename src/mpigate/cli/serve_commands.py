@@ -8,12 +8,13 @@ which itself knows nothing about HTTP.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from mpigate.audit import (
     AuditError,
     AuditKeyError,
     AuditMetrics,
+    AuditWriteError,
     WriterOptions,
     config_record,
     load_signer,
@@ -102,25 +104,83 @@ class ByteSize(click.ParamType[int]):
 
 
 class AuditRecorder:
-    """The webhook's ``DecisionRecorder`` bound to the hash-chained audit log."""
+    """The webhook's ``DecisionRecorder`` bound to the hash-chained audit log.
 
-    def __init__(self, log: AsyncAuditLog, source: str = "webhook") -> None:
-        self.log = log
+    Made by :meth:`opening` when the chain may not open at once (a full or failing disk at start):
+    until it does, the recorder is not healthy (``/readyz`` says why), refuses every record (the
+    review fails closed) and tries to open it again every ``retry_interval`` seconds; the config
+    revision served meanwhile is recorded as soon as the chain is open."""
+
+    def __init__(self, log: AsyncAuditLog | None, source: str = "webhook") -> None:
+        self._log = log
         self.source = source
+        self._problem: str | None = None
+        self._served: Config | None = None
+        self._retry: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def opening(
+        cls, open_log: Callable[[], Awaitable[AsyncAuditLog]], retry_interval: float = 1.0
+    ) -> AuditRecorder:
+        """Open the chain with ``open_log``; on an :class:`AuditWriteError` start without it and
+        keep trying in the background (other audit errors — a key, a lock — are raised)."""
+        try:
+            return cls(await open_log())
+        except AuditWriteError as exc:
+            recorder = cls(None)
+            recorder._problem = f"{exc} ({exc.reason})"
+            log.error(
+                "audit trail not writable: %s; not ready (reviews fail closed) until it is",
+                recorder._problem,
+                extra=fields(event="audit_unavailable", reason=exc.reason),
+            )
+            recorder._retry = asyncio.create_task(recorder._reopen(open_log, retry_interval))
+            return recorder
+
+    async def _reopen(self, open_log: Callable[[], Awaitable[AsyncAuditLog]], interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                opened = await open_log()
+            except AuditWriteError as exc:
+                self._problem = f"{exc} ({exc.reason})"
+                log.debug("audit trail still not writable: %s", self._problem)
+                continue
+            self._log = opened
+            log.info("audit trail writable again", extra=fields(event="audit_available", chain=opened.chain))
+            if self._served is not None:
+                with contextlib.suppress(AuditWriteError):  # the writer reports and heals itself
+                    await opened.append(config_record(self._served, self.source))
+            return
+
+    def _open_log(self) -> AsyncAuditLog:
+        if self._log is None:
+            raise AuditWriteError(self._problem or "the audit trail is not open", "unavailable")
+        return self._log
 
     async def record(self, decision: Decision, request: AdmissionInput, stage: Stage) -> RecordPosition:
-        written = await self.log.append(record_from_decision(decision, request, stage, self.source))
+        written = await self._open_log().append(record_from_decision(decision, request, stage, self.source))
         return RecordPosition(written.chain, written.seq, written.hash)
 
     async def record_config(self, config: Config) -> None:
-        await self.log.append(config_record(config, self.source))
+        self._served = config
+        await self._open_log().append(config_record(config, self.source))
 
     @property
     def healthy(self) -> bool:
-        return self.log.healthy
+        return self._log is not None and self._log.healthy
+
+    @property
+    def problem(self) -> str | None:
+        return self._problem if self._log is None else self._log.problem
 
     async def close(self) -> None:
-        await self.log.aclose()
+        if self._retry is not None:
+            self._retry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retry
+        if self._log is not None:
+            await self._log.aclose()
 
 
 async def open_audit(
@@ -129,7 +189,8 @@ async def open_audit(
     """Open the audit chain under ``directory`` with the org's audit settings (if loaded).
 
     The key must suit the org's ``spec.audit.signing.method`` (a PEM key is never taken as an HMAC
-    secret); only when the config cannot be loaded is the method read off the key file."""
+    secret); only when the config cannot be loaded is the method read off the key file. A chain
+    that cannot be written yet (a full disk) does not stop the server: see :class:`AuditRecorder`."""
     signer = None
     key = key_file or (Path(settings.signing_key_file) if settings and settings.signing_key_file else None)
     if key is not None:
@@ -147,10 +208,14 @@ async def open_audit(
                 "`--audit-key KEYFILE`; in a cluster it is the mounted Secret, see docs/operations.md)"
             ) from exc
     options = WriterOptions.from_settings(settings) if settings else WriterOptions()
-    audit_log = await AsyncAuditLog.open(
-        directory, source="webhook", signer=signer, options=options, metrics=AuditMetrics(metrics.registry)
-    )
-    return AuditRecorder(audit_log)
+    audit_metrics = AuditMetrics(metrics.registry)
+
+    def open_log() -> Awaitable[AsyncAuditLog]:
+        return AsyncAuditLog.open(
+            directory, source="webhook", signer=signer, options=options, metrics=audit_metrics
+        )
+
+    return await AuditRecorder.opening(open_log)
 
 
 def _configure_logging(fmt: str, level: str) -> None:
