@@ -38,6 +38,7 @@ def declare(kmock: kmock_lib.KubernetesEmulator) -> None:
     kmock.resources["v1/namespaces"] = {"kind": "Namespace", "namespaced": False, "verbs": rw}
     kmock.resources["v1/nodes"] = {"kind": "Node", "namespaced": False, "verbs": rw}
     kmock.resources[LEASES] = {"kind": "Lease", "namespaced": True, "verbs": rw}
+    kmock.resources["v1/configmaps"] = {"kind": "ConfigMap", "namespaced": True, "verbs": rw}  # the ledger
     for ns, team in (("nlp-team", "nlp-team"), ("research", "research-team"), ("cv-team", None)):
         labels = {"kubernetes.io/metadata.name": ns}
         if team:  # cv-team's namespace lacks the label: the webhooks (and the controller) skip it

@@ -12,6 +12,7 @@ from tests.conftest import REPO
 from mpigate.cli.controller_commands import controller_command
 from mpigate.controller import handlers
 from mpigate.controller.leader import LeaseSettings
+from mpigate.controller.ledger import DEFAULT_LEDGER_NAME
 from mpigate.controller.reliances import DEFAULT_KUEUE_CONFIG
 from mpigate.render import read_objects
 
@@ -80,6 +81,7 @@ def test_rbac_grants_what_the_controller_calls_and_no_deletes() -> None:
         ("", "nodes", "get"),
         ("", "namespaces", "get"),
         ("", "events", "create"),
+        ("", "events", "list"),  # the scheduler's Events of pods that ran while it was down
         (trainer, "trainingruntimes", "get"),
         (trainer, "clustertrainingruntimes", "get"),
     }
@@ -88,6 +90,14 @@ def test_rbac_grants_what_the_controller_calls_and_no_deletes() -> None:
     lease = rules(one("Role", "mpigate-controller-leader-election", "mpigate-system"))
     assert {("coordination.k8s.io", "leases", v) for v in ("get", "create", "patch")} <= lease
     assert LeaseSettings(namespace="mpigate-system").name == "mpigate-controller"
+    # the ledger: get and patch of its one ConfigMap (create cannot name it), in mpigate-system
+    ledger = one("Role", "mpigate-controller-ledger", "mpigate-system")
+    assert rules(ledger) == {("", "configmaps", v) for v in ("get", "patch", "create")}
+    assert [r.get("resourceNames") for r in ledger["rules"]] == [[DEFAULT_LEDGER_NAME], None]
+    ctx = controller_command.make_context(
+        "controller", ["--config", "x", "--lease-namespace", "mpigate-system"]
+    )
+    assert ctx.params["ledger"] is None  # → mpigate-system/mpigate-controller-ledger
     # Kueue's Configuration, read for what the gate relies on: that one ConfigMap, read-only
     namespace, name = DEFAULT_KUEUE_CONFIG.split("/")
     kueue = one("Role", "mpigate-controller-kueue-config", namespace)

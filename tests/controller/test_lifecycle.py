@@ -1,4 +1,5 @@
-"""Lifecycle transitions and GPU-seconds (pure), from the fixtures' TrainJob states and pods."""
+"""Lifecycle transitions and GPU-seconds (pure), from the fixtures' TrainJob states and pods.
+(Whole timelines through the real reconciler, restarts and outages included: test_timelines.py.)"""
 
 from __future__ import annotations
 
@@ -9,15 +10,13 @@ import pytest
 from tests.controller.conftest import fixture
 
 from mpigate.controller.lifecycle import (
-    PodRun,
     Recorded,
     Transition,
     format_history,
-    gpu_seconds,
     parse_history,
     plan,
-    pod_run,
 )
+from mpigate.controller.usage import Charge, PodFacts, charge, observe
 
 STATES: dict[str, Any] = fixture("trainjob-states.yaml")
 PODS: dict[str, Any] = fixture("pods.yaml")
@@ -27,8 +26,16 @@ def at(hhmmss: str) -> dt.datetime:
     return dt.datetime.fromisoformat(f"2026-11-22T{hhmmss}+00:00")
 
 
-def run(name: str, gpus: int = 8, gone_at: dt.datetime | None = None) -> PodRun:
-    return pod_run(PODS[name], gpus, gone_at=gone_at)
+def run(name: str, gpus: int = 8, gone_at: dt.datetime | None = None) -> PodFacts:
+    return observe(PODS[name], gpus=gpus, spec_gpus=gpus, role=None, gone_at=gone_at)
+
+
+def gpu_seconds(pods: list[PodFacts], since: dt.datetime | None, until: dt.datetime) -> float:
+    return charge(pods, since, until).gpu_seconds
+
+
+def closing(t: Transition) -> tuple[Any, ...]:
+    return (t.event, t.at, t.segment, t.gpus, t.gpu_seconds, t.started, t.finished, t.reason)
 
 
 def record(history: list[Recorded], transitions: list[Transition]) -> list[Recorded]:
@@ -37,12 +44,7 @@ def record(history: list[Recorded], transitions: list[Transition]) -> list[Recor
 
 def test_pod_running_times_from_container_states() -> None:
     launcher = run("launcher-running")
-    assert (launcher.start, launcher.end, launcher.replicated_job, launcher.node) == (
-        at("10:02:00"),
-        None,
-        "launcher",
-        "gpu-eu-1",
-    )
+    assert (launcher.start, launcher.end, launcher.node) == (at("10:02:00"), None, "gpu-eu-1")
     restarted = run("node-restarted")  # the first, failed run counts: it held the GPUs
     assert (restarted.start, restarted.end) == (at("10:01:00"), None)
     finished = run("node-finished")  # the last container to finish ends the pod
@@ -66,37 +68,42 @@ def test_a_kueue_job_through_preemption_to_success() -> None:
     assert plan(STATES["queued"], [], history, at("09:30:00"), gpus=16) == []
     # admitted at 10:00, no pod running yet
     step = plan(STATES["admitted"], [run("pending")], history, at("10:00:05"), gpus=16)
-    assert step == [Transition("admitted", at("10:00:00"), gpus=16)]
+    assert step == [Transition("admitted", at("10:00:00"), 1, gpus=16)]
     history = record(history, step)
     # the same event delivered again: nothing new
     assert plan(STATES["admitted"], [run("pending")], history, at("10:00:06"), gpus=16) == []
     # pods run: started at the earliest container start
     pods = [run("launcher-running"), run("node-restarted"), run("pending")]
     step = plan(STATES["admitted"], pods, history, at("10:05:00"), gpus=16)
-    assert step == [Transition("started", at("10:01:00"), gpus=16, started=at("10:01:00"))]
+    assert step == [Transition("started", at("10:01:00"), 1, gpus=16, started=at("10:01:00"))]
     history = record(history, step)
     # preempted at 10:20: the segment's GPU-seconds, the reason from the condition
     step = plan(STATES["preempted"], pods, history, at("10:20:03"), gpus=16)
-    assert step == [
-        Transition(
+    assert [closing(t) for t in step] == [
+        (
             "suspended",
             at("10:20:00"),
-            gpus=16,
-            gpu_seconds=8 * 1080 + 8 * 1140,
-            started=at("10:01:00"),
-            finished=at("10:20:00"),
-            reason="Suspended: Preempted by urgent-run",
+            1,
+            16,
+            8 * 1080 + 8 * 1140,
+            at("10:01:00"),
+            at("10:20:00"),
+            "Suspended: Preempted by urgent-run",
         )
     ]
     history = record(history, step)
     assert plan(STATES["preempted"], pods, history, at("10:25:00"), gpus=16) == []
     # admitted again at 11:00; the old pods are gone, new ones run 11:01 → 11:59
     step = plan(STATES["readmitted"], [], history, at("11:00:02"), gpus=16)
-    assert step == [Transition("admitted", at("11:00:00"), gpus=16)]
+    assert step == [Transition("admitted", at("11:00:00"), 2, gpus=16)]
     history = record(history, step)
     second = [
-        PodRun("n2", "u2", "node", "gpu-eu-2", at("11:01:00"), at("11:59:00"), 8),
-        PodRun("l2", "u3", "launcher", "gpu-eu-1", at("11:01:00"), at("11:59:00"), 8),
+        PodFacts(
+            "u2", "n2", "node", "gpu-eu-2", 8, start=at("11:01:00"), end=at("11:59:00"), ended="finished"
+        ),
+        PodFacts(
+            "u3", "l2", "launcher", "gpu-eu-1", 8, start=at("11:01:00"), end=at("11:59:00"), ended="finished"
+        ),
     ]
     old = [run("launcher-running", gone_at=at("10:20:30")), run("node-restarted", gone_at=at("10:20:30"))]
     step = plan(STATES["succeeded"], old + second, history, at("12:00:01"), gpus=16)
@@ -115,7 +122,7 @@ def test_a_kueue_job_through_preemption_to_success() -> None:
     assert plan(STATES["succeeded"], second, history, at("12:05:00"), gpus=16) == []
     # deleted later: one record, nothing left to pay
     step = plan(STATES["succeeded"], second, history, at("13:00:00"), gpus=16, deleted=True)
-    assert step == [Transition("deleted", at("13:00:00"), gpus=16, gpu_seconds=0.0)]
+    assert step == [Transition("deleted", at("13:00:00"), 2, gpus=16, charge=Charge(0.0, 0.0, 0.0))]
     history = record(history, step)
     assert plan(STATES["succeeded"], second, history, at("13:00:01"), gpus=16, deleted=True) == []
 
@@ -134,7 +141,7 @@ def test_missed_events_are_reconstructed_in_order() -> None:
 
 def test_job_outside_kueue_is_admitted_at_creation() -> None:
     step = plan(STATES["unqueued"], [], [], at("09:31:00"), gpus=0)
-    assert step == [Transition("admitted", at("09:30:00"), gpus=0)]
+    assert step == [Transition("admitted", at("09:30:00"), 1, gpus=0)]
 
 
 def test_deleted_while_running_pays_until_the_deletion() -> None:
@@ -146,7 +153,7 @@ def test_deleted_while_running_pays_until_the_deletion() -> None:
 
 def test_deleted_while_queued_records_the_deletion_only() -> None:
     step = plan(STATES["queued"], [], [], at("09:40:00"), gpus=16, deleted=True)
-    assert step == [Transition("deleted", at("09:40:00"), gpus=16, gpu_seconds=0.0, finished=at("09:40:00"))]
+    assert [closing(t) for t in step] == [("deleted", at("09:40:00"), 0, 16, 0.0, None, at("09:40:00"), None)]
 
 
 @pytest.mark.parametrize(

@@ -522,6 +522,9 @@ async def test_lifecycle_and_evidence_records_in_the_audit_trail(
 
     await wait_for(lambda: annotation("mpigate.io/lifecycle").count("@") == 2, what="admitted and started")
     assert annotation("mpigate.io/lifecycle") == "admitted@2026-11-22T10:00:00Z,started@2026-11-22T10:01:00Z"
+    # what a restart needs to close the segment: the pods' facts, sealed with the audit key
+    await wait_for(lambda: annotation("mpigate.io/pods").count('"s":') == 2, what="both pods' starts")
+    assert annotation("mpigate.io/state-seal")
     await wait_for(lambda: annotation("mpigate.io/evidence").count(",") == 1, what="both placements")
     mismatch = await wait_for(
         lambda: [e for e in events(kmock, "nlp-team", "minimal") if e[1] == "ResidencyMismatch"]
@@ -578,6 +581,8 @@ async def test_lifecycle_and_evidence_records_in_the_audit_trail(
     )
     assert controller.metric("mpigate_controller_gpu_seconds_total", team="nlp-team") == 14400
     assert await controller.shutdown() == 0  # closes the audit trail with a signed checkpoint
+    # the ledger of open segments was written (none is open any more)
+    assert alive(kmock, "v1/configmaps", "mpigate-system", "mpigate-controller-ledger") is not None
 
     reading = read_chains([controller.options.audit_dir], keys=KeyRing.load([key_file]))
     records = [entry.record for entry in reading]
@@ -717,7 +722,6 @@ async def test_the_controller_reports_what_it_finds_of_kueues_configuration(
 ) -> None:
     """docs/security.md: Kueue must manage jobs without a queue label and the TrainJob/MPIJob
     integrations. The controller reads Kueue's ConfigMap at start and reports each check."""
-    kmock.resources["v1/configmaps"] = {"kind": "ConfigMap", "namespaced": True, "verbs": ["get", "list"]}
     text = "manageJobsWithoutQueueName: false\nintegrations:\n  frameworks: [trainer.kubeflow.org/trainjob]\n"
     kmock.objects["v1/configmaps", "kueue-system", "kueue-manager-config"] = {
         "apiVersion": "v1",

@@ -44,6 +44,7 @@ def test_pod_outside_the_team_region_does_not(org: Config) -> None:
         "expectedRegions": ["eu"],
         "compliant": False,
         "why": "team nlp-team is in eu",
+        "basis": "node",
     }
 
 
@@ -61,3 +62,29 @@ def test_data_classification_restricts_regions(org: Config) -> None:
     assert p.expected == ()
     assert p.why == "team cv-team is in us; data classified phi stays in eu"
     assert placement(org, org.teams["nlp-team"], phi, "p", "gpu-eu-1", EU_A100).compliant
+
+
+def test_a_node_that_is_gone_is_unknown_not_a_violation(org: Config) -> None:
+    """Issue 20: a pod whose node no longer exists was reported as on a node "with no region label"
+    (a false violation). Its region is unknown unless the pod's nodeSelector says where it ran."""
+    gone = placement(org, org.teams["nlp-team"], {}, "p", "gpu-eu-9", None)
+    assert (gone.compliant, gone.region, gone.basis) == (None, None, "unknown")
+    assert gone.details()["compliant"] is None
+    assert gone.message() == (
+        "pod p ran on node gpu-eu-9, which no longer exists; its region is unknown "
+        "(allowed: eu: team nlp-team is in eu)"
+    )
+    # admission pins pods to their region by nodeSelector: the scheduler guaranteed those labels
+    pinned = {"topology.kubernetes.io/region": "eu-west-1", "kubernetes.io/os": "linux"}
+    by_selector = placement(org, org.teams["nlp-team"], {}, "p", "gpu-eu-9", None, node_selector=pinned)
+    assert (by_selector.compliant, by_selector.region, by_selector.basis) == (True, "eu", "nodeSelector")
+    foreign = {"topology.kubernetes.io/region": "us-east-1"}
+    wrong = placement(org, org.teams["nlp-team"], {}, "p", "gpu-us-9", None, node_selector=foreign)
+    assert (wrong.compliant, wrong.region, wrong.basis) == (False, "us", "nodeSelector")
+    # a selector that names no region proves nothing either
+    other = placement(
+        org, org.teams["nlp-team"], {}, "p", "n", None, node_selector={"kubernetes.io/os": "linux"}
+    )
+    assert (other.compliant, other.basis) == (None, "unknown")
+    # an existing node without labels still cannot prove residency: a violation, as before
+    assert placement(org, org.teams["nlp-team"], {}, "p", "bare-node", {}).compliant is False

@@ -43,6 +43,7 @@ _DEFAULT_API_VERSION = {
     "TrainJob": "trainer.kubeflow.org/v1alpha1",
     "TrainingRuntime": "trainer.kubeflow.org/v1alpha1",
     "ClusterTrainingRuntime": "trainer.kubeflow.org/v1alpha1",
+    "MPIJob": "kubeflow.org/v2beta1",
 }
 # Keys whose values are credentials wherever they appear (annotations, labels, free-form maps).
 _SECRET_KEY = re.compile(
@@ -321,6 +322,7 @@ def lifecycle_record(
     source: str = "controller",
     at: str | None = None,
     labels: Mapping[str, str] | None = None,
+    details: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A ``lifecycle`` entry: a job ``started``, ``finished``, ``failed``, ``suspended``,
     ``deleted`` ... with its GPU count and consumed GPU-seconds (chargeback).
@@ -330,7 +332,9 @@ def lifecycle_record(
     ``gpu_seconds`` is what the run segment this record closes consumed (``suspended``,
     ``succeeded``, ``failed``, ``deleted``; see docs/controller.md), so a report adds them up.
     ``labels`` are the job's labels a report groups by — pass the few that matter, such as
-    ``mpigate.io/cost-center`` (chargeback by cost center); they land in ``object.labels``."""
+    ``mpigate.io/cost-center`` (chargeback by cost center); they land in ``object.labels``.
+    ``details`` adds further ``lifecycle`` fields (the segment, its usage over time and per day, how
+    its figure is known: docs/controller.md, "Lifecycle records")."""
     obj: dict[str, Any] = {
         "apiVersion": _DEFAULT_API_VERSION.get(kind, ""),
         "kind": kind,
@@ -357,6 +361,8 @@ def lifecycle_record(
     }
     if at is not None:
         entry["lifecycle"]["at"] = at
+    if details:
+        entry["lifecycle"].update({k: v for k, v in details.items() if k not in entry["lifecycle"]})
     result: dict[str, Any] = redact(entry)
     return result
 
@@ -374,15 +380,16 @@ def evidence_record(
     flavor: str | None = None,
     details: Mapping[str, Any] | None = None,
     source: str = "controller",
+    job_kind: str = "TrainJob",
 ) -> dict[str, Any]:
-    """An ``evidence`` entry, e.g. ``kind="placement"``: pod X of job Y ran on node Z in region R
-    (data residency evidence)."""
+    """An ``evidence`` entry, e.g. ``kind="placement"``: pod X of job Y (a ``job_kind``) ran on node
+    Z in region R (data residency evidence)."""
     entry: dict[str, Any] = {
         "source": source,
         "stage": "evidence",
         "object": {
-            "apiVersion": _DEFAULT_API_VERSION["TrainJob"],
-            "kind": "TrainJob",
+            "apiVersion": _DEFAULT_API_VERSION.get(job_kind, ""),
+            "kind": job_kind,
             "namespace": namespace,
             "name": name,
         },

@@ -12,6 +12,7 @@ from mpigate.admission.kube import KubeConfigError
 from mpigate.audit import AuditError
 from mpigate.config import ConfigError, load
 from mpigate.controller.leader import LeaseSettings
+from mpigate.controller.ledger import DEFAULT_LEDGER_NAME
 from mpigate.controller.netpol import build_network_policy
 from mpigate.controller.reliances import DEFAULT_KUEUE_CONFIG
 from mpigate.controller.runner import ControllerOptions, default_identity, run_controller
@@ -70,6 +71,13 @@ _PLACEHOLDER_UID = "<uid of the TrainJob>"
     "(manageJobsWithoutQueueName, the TrainJob and MPIJob integrations; metric mpigate_controller_reliance). "
     "'' skips the check.",
 )
+@click.option(
+    "--ledger",
+    default=None,
+    metavar="NAMESPACE/NAME",
+    help=f"ConfigMap of the run segments still open, so that a job deleted while the controller is down "
+    f"is still closed (default: <lease namespace>/{DEFAULT_LEDGER_NAME}); '' keeps none.",
+)
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
@@ -95,6 +103,7 @@ def controller_command(
     identity: str | None,
     resync: float,
     kueue_config: str,
+    ledger: str | None,
     log_format: str,
     log_level: str,
     print_netpol: Path | None,
@@ -127,6 +136,11 @@ def controller_command(
     namespace, _, name = kueue_config.partition("/")
     if kueue_config and not (namespace and name):
         raise click.BadParameter(f"{kueue_config!r}: expected NAMESPACE/NAME", param_hint="--kueue-config")
+    if ledger is None:
+        ledger = f"{lease_namespace}/{DEFAULT_LEDGER_NAME}"
+    ledger_namespace, _, ledger_name = ledger.partition("/")
+    if (ledger and not (ledger_namespace and ledger_name)) or "/" in ledger_name:
+        raise click.BadParameter(f"{ledger!r}: expected NAMESPACE/NAME", param_hint="--ledger")
     options = ControllerOptions(
         config_path=config_path,
         kube=kube,
@@ -139,6 +153,7 @@ def controller_command(
         identity=identity or default_identity(),
         resync_seconds=max(resync, 10.0),
         kueue_config=kueue_config or None,
+        ledger=ledger or None,
     )
     try:
         code = asyncio.run(run_controller(options))

@@ -23,6 +23,7 @@ __all__ = [
     "namespace_path",
     "netpol_path",
     "node_path",
+    "pod_path",
     "runtime_path",
     "trainjob_path",
 ]
@@ -48,8 +49,13 @@ def netpol_path(namespace: str, name: str | None = None) -> str:
     return f"{base}/{name}" if name else base
 
 
-def configmap_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/configmaps/{name}"
+def configmap_path(namespace: str, name: str | None = None) -> str:
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    return f"{base}/{name}" if name else base
+
+
+def pod_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods"
 
 
 def event_path(namespace: str) -> str:
@@ -108,6 +114,21 @@ class ControllerApi:
                 return None
             raise
 
+    async def list_items(
+        self, path: str, *, label_selector: str | None = None, field_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The items of a collection (one page: the controller lists one job's pods, one
+        namespace's scheduling Events or every job of a kind). The selectors narrow the answer on a
+        real API server; callers still check what they get."""
+        params: dict[str, str] = {}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        answer = await self.client.get(path, params or None)
+        items = answer.get("items")
+        return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
     async def create(self, collection: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self.client.request("POST", collection, body=body)
 
@@ -124,6 +145,20 @@ class ControllerApi:
     async def node_labels(self, name: str) -> dict[str, str] | None:
         """Labels of node ``name`` (None: no such node)."""
         return await self.nodes.get(name, lambda: self._labels(node_path(name)))
+
+    async def node_lost(self, name: str) -> bool:
+        """Whether node ``name`` is gone or not ready, read now (no cache: asked only about a pod
+        whose containers still read as running after it was deleted)."""
+        node = await self.get(node_path(name))
+        if node is None:
+            self.nodes.forget(name)
+            return True
+        status = node.get("status")
+        conditions = status.get("conditions") if isinstance(status, Mapping) else None
+        for c in conditions if isinstance(conditions, list) else []:
+            if isinstance(c, Mapping) and c.get("type") == "Ready":
+                return c.get("status") != "True"
+        return False
 
     async def namespace_labels(self, name: str) -> dict[str, str] | None:
         return await self.namespaces.get(name, lambda: self._labels(namespace_path(name)))

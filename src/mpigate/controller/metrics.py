@@ -56,8 +56,34 @@ class ControllerMetrics:
         )
         self.evidence_records = Counter(
             "mpigate_controller_evidence_records",
-            "Placement evidence records written, by compliance (true, false).",
+            "Placement evidence records written, by compliance (true, false; unknown: the node is gone "
+            "and nothing tells its region).",
             ["compliant"],
+            registry=r,
+        )
+        self.segments_not_observed = Counter(
+            "mpigate_controller_segments_not_observed",
+            "Run segments closed from partly unobserved facts, by basis (inferred: from the job's own "
+            "later state; partial: bounded by the controller's last observation).",
+            ["basis"],
+            registry=r,
+        )
+        self.vanished = Counter(
+            "mpigate_controller_vanished_jobs",
+            "Jobs found deleted without their deletion being seen (closed from what was known), by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.state_tampered = Counter(
+            "mpigate_controller_state_tampered",
+            "Jobs whose mpigate.io state annotations did not carry the controller's seal (ignored), by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.ledger_writes = Counter(
+            "mpigate_controller_ledger_writes",
+            "Writes of the ledger of open run segments, by result (written, truncated, error).",
+            ["result"],
             registry=r,
         )
         self.residency_mismatches = Counter(

@@ -1,9 +1,11 @@
-"""The per-TrainJob NetworkPolicy, as a pure function of the config and the TrainJob.
+"""The per-job NetworkPolicy, as a pure function of the config and the job.
 
-One NetworkPolicy ``mpigate-trainjob.<job>`` per TrainJob in a team namespace, owned by the TrainJob
-(Kubernetes garbage-collects it with the job). It selects the job's pods by JobSet's label
-``jobset.sigs.k8s.io/jobset-name`` (every pod of a TrainJob carries it, the MPI launcher included)
-and allows, in both directions, only traffic among those pods — all TCP for the ``isolated``
+One NetworkPolicy ``mpigate-trainjob.<job>`` per TrainJob (``mpigate-mpijob.<job>`` per MPIJob) in a
+team namespace, owned by the job (Kubernetes garbage-collects it with the job). It selects the job's
+pods by the label every pod of the job carries (JobSet's ``jobset.sigs.k8s.io/jobset-name`` for a
+TrainJob, the MPI launcher included; the MPI Operator's ``training.kubeflow.org/job-name`` with
+``training.kubeflow.org/operator-name: mpi-operator`` for an MPIJob: :mod:`.kinds`) and allows, in
+both directions, only traffic among those pods — all TCP for the ``isolated``
 profile; sshd plus the pinned OpenMPI ranges of :meth:`NetworkProfile.port_ranges` for
 ``pinned-ports`` — plus DNS to the cluster's DNS pods and the team's allowed egress. The shape is
 documented in docs/networking.md and docs/controller.md.
@@ -12,13 +14,16 @@ Every field is written in the form the API server stores (explicit ``protocol``,
 ``policyTypes``), so that comparing the desired object with the stored one finds real drift only.
 
 The controller touches only what it owns. The name cannot collide with an object ``mpigate
-render`` writes: a per-job name holds a dot (``mpigate-trainjob.`` + the job's name), rendered names
-never do (tests/render checks every rendered name), and NetworkPolicy names are DNS subdomains
-(Kubernetes ``pkg/apis/networking/validation`` ``ValidateNetworkPolicyName``: ``NameIsDNSSubdomain``)
-while TrainJob names are DNS-1035 labels (the Trainer CRD's CEL rule), so ``<job>`` itself never
-holds one. And an object found under that name is the job's only when :func:`owned_by` says so (its
-controlling ownerReference, or mpigate's ownership label together with the job's uid); anything
-else there is a conflict that the reconciler reports and never rewrites.
+render`` writes: a per-job name holds a dot (``mpigate-trainjob.`` or ``mpigate-mpijob.`` + the job's
+name), rendered names never do (tests/render checks every rendered name), and NetworkPolicy names
+are DNS subdomains (Kubernetes ``pkg/apis/networking/validation`` ``ValidateNetworkPolicyName``:
+``NameIsDNSSubdomain``) while TrainJob names are DNS-1035 labels (the Trainer CRD's CEL rule), so
+``<job>`` itself never holds one; nor does an MPIJob's (the MPI Operator refuses a name that does
+not make ``<job>-worker-<n>`` a DNS-1035 label: mpi-operator pkg/apis/kubeflow/validation
+``validateMPIJobName``), and the two prefixes keep a TrainJob's and an MPIJob's policies apart. And
+an object found under that name is the job's only when :func:`owned_by` says so (its controlling
+ownerReference, or mpigate's ownership label together with the job's uid); anything else there is
+a conflict that the reconciler reports and never rewrites.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from typing import Any, Final
 
 from mpigate.config import Config
 from mpigate.config.model import EgressRule, NetworkProfile, Team
+
+from .kinds import JOBSET_NAME_LABEL, TRAINJOB, JobKind
 
 __all__ = [
     "CLASSIFICATION_LABEL",
@@ -55,20 +62,19 @@ __all__ = [
     "repair_patch",
 ]
 
-JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
 CLASSIFICATION_LABEL: Final = "mpigate.io/data-classification"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "mpigate"
-TRAINJOB_LABEL: Final = "mpigate.io/trainjob"
-#: The uid of the TrainJob a managed object belongs to (with MANAGED_BY_LABEL: the ownership label).
-OWNER_UID_LABEL: Final = "mpigate.io/trainjob-uid"
+TRAINJOB_LABEL: Final = TRAINJOB.job_label
+#: The uid of the TrainJob a managed object belongs to (with MANAGED_BY_LABEL: the ownership label);
+#: an MPIJob's is ``mpigate.io/mpijob-uid`` (JobKind.uid_label).
+OWNER_UID_LABEL: Final = TRAINJOB.uid_label
 #: Per-job objects are named ``POLICY_PREFIX + <job>``: the dot keeps them apart from every rendered
-#: name (see the module docstring).
-POLICY_PREFIX: Final = "mpigate-trainjob."
+#: name (see the module docstring); an MPIJob's start with ``mpigate-mpijob.``.
+POLICY_PREFIX: Final = TRAINJOB.policy_prefix
 TEAM_LABEL: Final = "mpigate.io/team"
 PROFILE_ANNOTATION: Final = "mpigate.io/network-profile"
 PROFILE_REASON_ANNOTATION: Final = "mpigate.io/network-profile-reason"
-DEFAULT_TRAINJOB_API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
 
 # How strict each profile mode is: a data classification may only tighten a team's posture.
 # The cluster DNS pods (kube-dns and CoreDNS both carry k8s-app=kube-dns), as in the rendered
@@ -88,18 +94,19 @@ class ProfileChoice:
     reason: str
 
 
-def policy_name(job: str) -> str:
-    """The NetworkPolicy's name for TrainJob ``job`` (``mpigate-trainjob.<job>``)."""
-    return f"{POLICY_PREFIX}{job}"
+def policy_name(job: str, kind: JobKind = TRAINJOB) -> str:
+    """The NetworkPolicy's name for job ``job`` (``mpigate-trainjob.<job>``, ``mpigate-mpijob.<job>``)."""
+    return kind.policy_name(job)
 
 
-def owned_by(obj: Mapping[str, Any], trainjob: Mapping[str, Any]) -> bool:
-    """Whether ``obj`` belongs to ``trainjob`` (this very job: the same uid).
+def owned_by(obj: Mapping[str, Any], trainjob: Mapping[str, Any], kind: JobKind = TRAINJOB) -> bool:
+    """Whether ``obj`` belongs to the job ``trainjob`` (this very job: the same uid).
 
     Either its controlling ownerReference names the job's uid, or it carries mpigate's ownership
-    label (``app.kubernetes.io/managed-by: mpigate``) together with ``mpigate.io/trainjob-uid`` set to
-    that uid. A name match alone proves nothing: a rendered object, another tool's or a previous job
-    of the same name (until the garbage collector removes it) is not the job's.
+    label (``app.kubernetes.io/managed-by: mpigate``) together with the kind's uid label
+    (``mpigate.io/trainjob-uid``, ``mpigate.io/mpijob-uid``) set to that uid. A name match alone
+    proves nothing: a rendered object, another tool's or a previous job of the same name (until the
+    garbage collector removes it) is not the job's.
     """
     uid = _mapping(trainjob.get("metadata")).get("uid")
     if not isinstance(uid, str) or not uid:
@@ -108,7 +115,7 @@ def owned_by(obj: Mapping[str, Any], trainjob: Mapping[str, Any]) -> bool:
     if any(r.get("uid") == uid for r in _controller_refs(meta)):
         return True
     labels = _mapping(meta.get("labels"))
-    return labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE and labels.get(OWNER_UID_LABEL) == uid
+    return labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE and labels.get(kind.uid_label) == uid
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -159,12 +166,12 @@ def _job_ports(profile: NetworkProfile) -> list[dict[str, Any]]:
     return ports
 
 
-def owner_reference(trainjob: Mapping[str, Any]) -> dict[str, Any]:
-    """The TrainJob as controlling owner (garbage collection deletes the policy with the job)."""
+def owner_reference(trainjob: Mapping[str, Any], kind: JobKind = TRAINJOB) -> dict[str, Any]:
+    """The job as controlling owner (garbage collection deletes the policy with the job)."""
     meta = trainjob.get("metadata") or {}
     return {
-        "apiVersion": trainjob.get("apiVersion") or DEFAULT_TRAINJOB_API_VERSION,
-        "kind": "TrainJob",
+        "apiVersion": trainjob.get("apiVersion") or kind.api_version,
+        "kind": kind.kind,
         "name": meta.get("name"),
         "uid": meta.get("uid"),
         "controller": True,
@@ -173,9 +180,10 @@ def owner_reference(trainjob: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_network_policy(
-    config: Config, trainjob: Mapping[str, Any], team: Team | None = None
+    config: Config, trainjob: Mapping[str, Any], team: Team | None = None, *, kind: JobKind = TRAINJOB
 ) -> dict[str, Any] | None:
-    """The NetworkPolicy for ``trainjob``, or None when its namespace belongs to no team.
+    """The NetworkPolicy for the job ``trainjob`` (of ``kind``), or None when its namespace belongs
+    to no team.
 
     ``team`` overrides the namespace lookup (the controller has resolved it already).
     """
@@ -191,29 +199,29 @@ def build_network_policy(
     choice = choose_profile(config, team, labels)
 
     def job_pods() -> dict[str, Any]:
-        return {"podSelector": {"matchLabels": {JOBSET_NAME_LABEL: name}}}
+        return {"podSelector": {"matchLabels": kind.pod_selector(name)}}
 
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {
-            "name": policy_name(name),
+            "name": kind.policy_name(name),
             "namespace": namespace,
             "labels": {
                 MANAGED_BY_LABEL: MANAGED_BY_VALUE,
                 "app.kubernetes.io/part-of": "mpigate",
-                TRAINJOB_LABEL: name,
+                kind.job_label: name,
                 TEAM_LABEL: team.name,
-                **({OWNER_UID_LABEL: uid} if isinstance(uid := meta.get("uid"), str) and uid else {}),
+                **({kind.uid_label: uid} if isinstance(uid := meta.get("uid"), str) and uid else {}),
             },
             "annotations": {
                 PROFILE_ANNOTATION: choice.profile.name,
                 PROFILE_REASON_ANNOTATION: choice.reason,
             },
-            "ownerReferences": [owner_reference(trainjob)],
+            "ownerReferences": [owner_reference(trainjob, kind)],
         },
         "spec": {
-            "podSelector": {"matchLabels": {JOBSET_NAME_LABEL: name}},
+            "podSelector": {"matchLabels": kind.pod_selector(name)},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [{"from": [job_pods()], "ports": _job_ports(choice.profile)}],
             "egress": [

@@ -1,19 +1,21 @@
-"""What the controller does for each TrainJob, independent of kopf (the handlers only call it).
+"""What the controller does for each job (TrainJob, and MPIJob where the MPI Operator runs),
+independent of kopf (the handlers only call it).
 
 - :meth:`Reconciler.ensure_network_policy`: create the job's NetworkPolicy, or repair it when it
   drifted (idempotent: re-delivered events find nothing to do; a 409 on create is read and
   compared). Only a policy the job owns (:func:`netpol.owned_by`) is ever patched: anything else
-  under its name is a conflict, reported as a ``NetworkPolicyConflict`` Event on the TrainJob and
-  the ``mpigate_controller_conflicts_total`` metric, and left as it is.
-- :meth:`Reconciler.on_trainjob_event` / :meth:`on_pod_event`: lifecycle records (with GPU-seconds)
-  and placement evidence, each exactly once per transition or pod: what was recorded is kept in the
-  TrainJob's annotations ``mpigate.io/lifecycle`` and ``mpigate.io/evidence`` and, for the life
-  of the process, in memory (so a failed annotation patch or a stale cached object cannot cause a
-  second record).
+  under its name is a conflict, reported as a ``NetworkPolicyConflict`` Event on the job and the
+  ``mpigate_controller_conflicts_total`` metric, and left as it is.
+- :meth:`Reconciler.on_job_event` / :meth:`on_pod_event`: lifecycle records (with GPU-seconds) and
+  placement evidence, each once per transition or pod (:mod:`.accounting`: what is needed to close
+  a segment is kept in the job's sealed annotations and in the ledger, not only in memory).
 - :meth:`on_policy_event`: a managed NetworkPolicy was edited or deleted → reconcile its owner.
+- :meth:`start` / :meth:`resync`: jobs that disappeared unseen (deleted while the controller was
+  down, or a deletion it missed) are closed from what is known, marked ``vanished``.
 
-Records are written before the annotations that remember them: a crash in between may repeat a
-record after a restart (the report deduplicates on the TrainJob uid and event), it never loses one.
+Records are written before what remembers them: a crash in between repeats a record after the
+restart with the same job uid, segment and event — the report counts it once
+(docs/compliance.md) — it never loses one.
 """
 
 from __future__ import annotations
@@ -23,34 +25,23 @@ import datetime as dt
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from mpigate.admission.kube import KubeError
-from mpigate.audit import AuditError, evidence_record, lifecycle_record
+from mpigate.audit import AuditError
 from mpigate.config import Config
 from mpigate.config.model import Team
-from mpigate.policy.demand import gpu_resources
 
-from .api import ControllerApi, configmap_path, netpol_path, runtime_path, trainjob_path
-from .demand import JobGpus, job_gpus, runtime_ref
+from .accounting import Accountant, Key, chargeback_labels
+from .api import ControllerApi, configmap_path, netpol_path
 from .events import EventPoster
-from .lifecycle import (
-    CLOSING_EVENTS,
-    LIFECYCLE_ANNOTATION,
-    Recorded,
-    format_history,
-    format_time,
-    parse_history,
-    plan,
-    pod_run,
-)
+from .jobstate import EVIDENCE_ANNOTATION, Sealer
+from .kinds import TRAINJOB, JobKind
+from .ledger import DEFAULT_LEDGER_NAME
 from .metrics import ControllerMetrics
 from .netpol import (
-    JOBSET_NAME_LABEL,
     PROFILE_ANNOTATION,
-    TRAINJOB_LABEL,
     build_network_policy,
     drift,
     owned_by,
@@ -58,29 +49,18 @@ from .netpol import (
 )
 from .recording import Recorder
 from .reliances import Reliance, kueue_reliances, unknown_reliances
-from .residency import placement
 
-__all__ = ["EVIDENCE_ANNOTATION", "NoConfigError", "Reconciler"]
+__all__ = ["DEFAULT_LEDGER_NAME", "EVIDENCE_ANNOTATION", "Key", "NoConfigError", "Reconciler"]
 
 log = logging.getLogger(__name__)
 
-EVIDENCE_ANNOTATION: Final = "mpigate.io/evidence"
-# Annotations must stay far below the API server's 256 KiB limit for all of an object's annotations.
-_MAX_EVIDENCE_ANNOTATION: Final = 64 * 1024
-# Uids of deleted TrainJobs remembered, so that a re-delivered DELETED event records nothing.
+# Uids of deleted jobs remembered, so that a re-delivered DELETED event records nothing.
 _DELETED_MEMORY: Final = 10_000
-
-Key = tuple[str, str]
+_ERRORS: Final = (KubeError, AuditError)
 
 
 class NoConfigError(Exception):
     """No config has been loaded (yet): nothing can be decided."""
-
-
-@dataclass
-class _TrackedPod:
-    body: Mapping[str, Any]
-    gone_at: dt.datetime | None = None
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -88,15 +68,9 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
-def _key(obj: Mapping[str, Any]) -> Key:
+def _key(kind: JobKind, obj: Mapping[str, Any]) -> Key:
     meta = _meta(obj)
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
-
-
-def _annotation(obj: Mapping[str, Any], key: str) -> str | None:
-    annotations = _meta(obj).get("annotations")
-    value = annotations.get(key) if isinstance(annotations, Mapping) else None
-    return value if isinstance(value, str) else None
+    return kind.kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
 def _reason(exc: BaseException) -> str:
@@ -121,6 +95,9 @@ class Reconciler:
         events: EventPoster,
         namespace_label: str | None = "mpigate.io/team",
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        kinds: Iterable[JobKind] = (TRAINJOB,),
+        sealer: Sealer | None = None,
+        ledger: tuple[str, str] | None = None,
     ) -> None:
         self._config = config
         self.api = api
@@ -129,20 +106,27 @@ class Reconciler:
         self.events = events
         self.namespace_label = namespace_label or None
         self.clock = clock
+        self.kinds: dict[str, JobKind] = {k.kind: k for k in kinds}
         self._jobs: dict[Key, Mapping[str, Any]] = {}
-        self._pods: dict[Key, dict[str, _TrackedPod]] = {}
-        self._history: dict[str, tuple[Recorded, ...]] = {}
-        self._evidence: dict[str, frozenset[str]] = {}
-        self._gpus: dict[str, JobGpus] = {}
         self._locks: dict[Key, asyncio.Lock] = {}
         self._policies_seen: set[Key] = set()
-        # (TrainJob uid, conflicting object's uid) already reported with an Event.
+        # (job uid, conflicting object's uid) already reported with an Event.
         self._conflicts_reported: set[tuple[str, str]] = set()
         self._deleted: OrderedDict[str, None] = OrderedDict()
         # Deletions whose record could not be written yet (the object is gone; resync retries).
-        self._pending_deletions: dict[str, Mapping[str, Any]] = {}
+        self._pending_deletions: dict[str, tuple[JobKind, Mapping[str, Any]]] = {}
         # The last state of each reliance check, so that a warning is logged when it changes.
         self._reliances: dict[str, bool | None] = {}
+        self.accounts = Accountant(
+            config=self.config,
+            api=api,
+            recorder=recorder,
+            metrics=metrics,
+            events=events,
+            clock=clock,
+            sealer=sealer,
+            ledger=ledger,
+        )
 
     # ------------------------------------------------------------------ helpers
 
@@ -160,14 +144,14 @@ class Reconciler:
 
     @property
     def jobs(self) -> list[Mapping[str, Any]]:
-        """The TrainJobs seen (latest version of each)."""
+        """The jobs seen (latest version of each)."""
         return list(self._jobs.values())
 
-    async def team_of(self, trainjob: Mapping[str, Any]) -> Team | None:
+    async def team_of(self, job: Mapping[str, Any]) -> Team | None:
         """The team whose namespace holds the job, when the controller manages it: the namespace
         belongs to a team in the config and — like the webhooks' namespaceSelector — carries the
         namespace label (so the controller acts only on jobs that admission has seen)."""
-        namespace = _key(trainjob)[0]
+        namespace = str(_meta(job).get("namespace") or "")
         team = self.config().team_for_namespace(namespace)
         if team is None or self.namespace_label is None:
             return team
@@ -184,14 +168,16 @@ class Reconciler:
 
     # ------------------------------------------------------------------ NetworkPolicy
 
-    async def ensure_network_policy(self, trainjob: Mapping[str, Any], *, cause: str = "") -> str:
+    async def ensure_network_policy(
+        self, trainjob: Mapping[str, Any], *, cause: str = "", kind: JobKind = TRAINJOB
+    ) -> str:
         """Create or repair the job's NetworkPolicy. Returns ``created``, ``repaired``,
         ``unchanged``, ``conflict`` (an object the job does not own holds the name: reported, left
         alone) or ``skipped``; raises :class:`KubeError` (retry) when the API fails."""
         started = time.monotonic()
-        key = _key(trainjob)
+        key = _key(kind, trainjob)
         try:
-            result = await self._ensure_network_policy(trainjob, key, cause)
+            result = await self._ensure_network_policy(trainjob, key, cause, kind)
         except (KubeError, NoConfigError) as exc:
             self.metrics.reconciles.labels("networkpolicy", "error").inc()
             self.metrics.errors.labels("networkpolicy", _reason(exc)).inc()
@@ -201,7 +187,9 @@ class Reconciler:
         self.metrics.reconciles.labels("networkpolicy", result).inc()
         return result
 
-    async def _ensure_network_policy(self, trainjob: Mapping[str, Any], key: Key, cause: str) -> str:
+    async def _ensure_network_policy(
+        self, trainjob: Mapping[str, Any], key: Key, cause: str, kind: JobKind
+    ) -> str:
         uid = _meta(trainjob).get("uid")
         if _meta(trainjob).get("deletionTimestamp") or not uid or uid in self._deleted:
             return "skipped"
@@ -209,15 +197,15 @@ class Reconciler:
         if team is None:
             return "skipped"
         config = self.config()
-        desired = build_network_policy(config, trainjob, team)
+        desired = build_network_policy(config, trainjob, team, kind=kind)
         if desired is None:
             return "skipped"
-        namespace = key[0]
+        namespace = key[1]
         name = desired["metadata"]["name"]
         path = netpol_path(namespace, name)
         async with self._lock(key):
             actual = await self.api.get(path)
-            if actual is None and key in self._policies_seen and not await self._lives(trainjob):
+            if actual is None and key in self._policies_seen and not await self._lives(trainjob, kind):
                 return "skipped"  # deleted with its job (garbage collection), not by someone
             if actual is None:
                 try:
@@ -232,10 +220,10 @@ class Reconciler:
                 else:
                     recreated = key in self._policies_seen
                     self._policies_seen.add(key)
-                    await self._announce_created(trainjob, desired, recreated, cause)
+                    await self._announce_created(trainjob, desired, recreated, cause, kind)
                     return "created"
-            if not owned_by(actual, trainjob):
-                await self._conflict(trainjob, name, actual)
+            if not owned_by(actual, trainjob, kind):
+                await self._conflict(trainjob, name, actual, kind)
                 return "conflict"
             self._policies_seen.add(key)
             found = drift(desired, actual)
@@ -255,21 +243,28 @@ class Reconciler:
             )
             return "repaired"
 
-    async def _lives(self, trainjob: Mapping[str, Any]) -> bool:
-        """Whether the TrainJob (this very one: same uid) still exists and is not being deleted."""
-        current = await self.api.get(trainjob_path(*_key(trainjob)))
+    async def _lives(self, trainjob: Mapping[str, Any], kind: JobKind) -> bool:
+        """Whether the job (this very one: same uid) still exists and is not being deleted."""
+        _, namespace, name = _key(kind, trainjob)
+        current = await self.api.get(kind.path(namespace, name))
         if current is None or _meta(current).get("uid") != _meta(trainjob).get("uid"):
             return False
         return not _meta(current).get("deletionTimestamp")
 
     async def _announce_created(
-        self, trainjob: Mapping[str, Any], desired: Mapping[str, Any], recreated: bool, cause: str
+        self,
+        trainjob: Mapping[str, Any],
+        desired: Mapping[str, Any],
+        recreated: bool,
+        cause: str,
+        kind: JobKind,
     ) -> None:
+        namespace = _key(kind, trainjob)[1]
         name = desired["metadata"]["name"]
         profile = desired["metadata"]["annotations"][PROFILE_ANNOTATION]
         why = desired["metadata"]["annotations"].get("mpigate.io/network-profile-reason", "")
         if recreated:
-            log.warning("NetworkPolicy %s/%s had been deleted; recreated", _key(trainjob)[0], name)
+            log.warning("NetworkPolicy %s/%s had been deleted; recreated", namespace, name)
             await self.events.post(
                 trainjob,
                 "Warning",
@@ -277,7 +272,7 @@ class Reconciler:
                 f"NetworkPolicy {name} had been deleted; recreated it.",
             )
         else:
-            log.info("created NetworkPolicy %s/%s (%s)%s", _key(trainjob)[0], name, profile, cause)
+            log.info("created NetworkPolicy %s/%s (%s)%s", namespace, name, profile, cause)
             await self.events.post(
                 trainjob,
                 "Normal",
@@ -285,26 +280,28 @@ class Reconciler:
                 f"Created NetworkPolicy {name}: profile {profile} ({why}).",
             )
         if profile == "pinned-ports":
-            missing = self._missing_pinned_env(trainjob, profile)
+            missing = self._missing_pinned_env(trainjob, profile, kind)
             if missing:
+                where = "spec.trainer.env" if kind is TRAINJOB else "the Launcher's first container's env"
                 await self.events.post(
                     trainjob,
                     "Warning",
                     "PinnedPortsEnvMissing",
-                    f"NetworkPolicy {name} opens only the pinned OpenMPI ports, but spec.trainer.env lacks "
+                    f"NetworkPolicy {name} opens only the pinned OpenMPI ports, but {where} lacks "
                     f"{', '.join(missing)}: OpenMPI will use other ports and its traffic will be dropped.",
                 )
 
-    def _missing_pinned_env(self, trainjob: Mapping[str, Any], profile_name: str) -> list[str]:
+    def _missing_pinned_env(self, trainjob: Mapping[str, Any], profile_name: str, kind: JobKind) -> list[str]:
         profile = self.config().network_profiles.get(profile_name)
         if profile is None:
             return []
-        trainer = (trainjob.get("spec") or {}).get("trainer") or {}
-        env = trainer.get("env") if isinstance(trainer, Mapping) else None
+        env = _pinned_env_of(trainjob, kind)
         names = {e.get("name") for e in env if isinstance(e, Mapping)} if isinstance(env, list) else set()
         return [name for name, _ in profile.openmpi_env if name not in names]
 
-    async def _conflict(self, trainjob: Mapping[str, Any], name: str, actual: Mapping[str, Any]) -> None:
+    async def _conflict(
+        self, trainjob: Mapping[str, Any], name: str, actual: Mapping[str, Any], kind: JobKind
+    ) -> None:
         """An object the job does not own holds the job's policy name: count it every time it is
         seen (an alert can watch the rate), say so once per job and object, and change nothing."""
         self.metrics.conflicts.labels("networkpolicy").inc()
@@ -312,7 +309,7 @@ class Reconciler:
         if seen in self._conflicts_reported:
             return
         self._conflicts_reported.add(seen)
-        namespace = _key(trainjob)[0]
+        _, namespace, job_name = _key(kind, trainjob)
         refs = _meta(actual).get("ownerReferences")
         owner = next(
             (
@@ -323,17 +320,18 @@ class Reconciler:
             "no controlling owner",
         )
         log.warning(
-            "NetworkPolicy %s/%s is not TrainJob %s's (%s): left unchanged",
+            "NetworkPolicy %s/%s is not %s %s's (%s): left unchanged",
             namespace,
             name,
-            _key(trainjob)[1],
+            kind.kind,
+            job_name,
             owner,
         )
         await self.events.post(
             trainjob,
             "Warning",
             "NetworkPolicyConflict",
-            f"NetworkPolicy {name} exists but does not belong to this TrainJob ({owner}; no mpigate "
+            f"NetworkPolicy {name} exists but does not belong to this {kind.kind} ({owner}; no mpigate "
             "ownership label with this job's uid). mpigate left it unchanged, so the job's pods get no "
             "per-job policy from mpigate (the namespace's default deny still applies): delete or rename "
             f"that NetworkPolicy, or ask the platform team.",
@@ -348,25 +346,34 @@ class Reconciler:
         )
 
     async def on_policy_event(self, event_type: str | None, policy: Mapping[str, Any]) -> str | None:
-        """A managed NetworkPolicy changed or disappeared: put it back if its TrainJob lives."""
-        namespace, _ = _key(policy)
+        """A managed NetworkPolicy changed or disappeared: put it back if its job lives."""
+        namespace = str(_meta(policy).get("namespace") or "")
         labels = _meta(policy).get("labels") or {}
-        job = labels.get(TRAINJOB_LABEL) if isinstance(labels, Mapping) else None
-        if not isinstance(job, str):
-            return None
-        trainjob = self._jobs.get((namespace, job))
-        if trainjob is None:
-            return None  # the job is gone (garbage collection deletes its policy) or not seen yet
-        if event_type == "DELETED":
-            self._policies_seen.add((namespace, job))  # a create now restores it (if the job lives)
-        return await self.ensure_network_policy(trainjob, cause=f" after {event_type or 'listing'}")
+        for kind in self.kinds.values():
+            job = labels.get(kind.job_label) if isinstance(labels, Mapping) else None
+            if not isinstance(job, str):
+                continue
+            key = (kind.kind, namespace, job)
+            known = self._jobs.get(key)
+            if known is None:
+                return None  # the job is gone (garbage collection deletes its policy) or not seen yet
+            if event_type == "DELETED":
+                self._policies_seen.add(key)  # a create now restores it (if the job lives)
+            return await self.ensure_network_policy(
+                known, cause=f" after {event_type or 'listing'}", kind=kind
+            )
+        return None
 
     # ------------------------------------------------------------------ lifecycle and evidence
 
     async def on_trainjob_event(self, event_type: str | None, trainjob: Mapping[str, Any]) -> None:
         """Every TrainJob watch event (``None``: listed at startup)."""
-        key = _key(trainjob)
-        uid = str(_meta(trainjob).get("uid") or "")
+        await self.on_job_event(TRAINJOB, event_type, trainjob)
+
+    async def on_job_event(self, kind: JobKind, event_type: str | None, job: Mapping[str, Any]) -> None:
+        """Every watch event of a job of ``kind`` (``None``: listed at startup)."""
+        key = _key(kind, job)
+        uid = str(_meta(job).get("uid") or "")
         if event_type == "DELETED":
             if uid and uid in self._deleted:
                 return
@@ -374,9 +381,9 @@ class Reconciler:
             if known is not None and _meta(known).get("uid") == uid:
                 del self._jobs[key]  # no more policy repairs for it
             try:
-                await self.reconcile_job(trainjob, deleted=True)
-            except (KubeError, AuditError, NoConfigError):
-                self._pending_deletions[uid] = trainjob
+                await self.reconcile_job(job, deleted=True, kind=kind)
+            except (*_ERRORS, NoConfigError):
+                self._pending_deletions[uid] = (kind, job)
                 raise
             self._pending_deletions.pop(uid, None)
             self._forget(key, uid)
@@ -386,207 +393,177 @@ class Reconciler:
         known = self._jobs.get(key)
         if known is not None and _meta(known).get("uid") != uid:
             self._forget(key, str(_meta(known).get("uid") or ""))  # same name, new job
-        self._jobs[key] = trainjob
-        await self.reconcile_job(trainjob)
+        self._jobs[key] = job
+        await self.reconcile_job(job, kind=kind)
 
     async def on_pod_event(self, event_type: str | None, pod: Mapping[str, Any]) -> None:
-        """Every watch event of a pod with JobSet's label: track it, then reconcile its job."""
+        """Every watch event of a pod of a job (by its job-name label): its facts, then its job."""
         meta = _meta(pod)
-        labels = meta.get("labels") or {}
-        job = labels.get(JOBSET_NAME_LABEL) if isinstance(labels, Mapping) else None
+        labels = meta.get("labels")
         uid = meta.get("uid")
-        if not isinstance(job, str) or not isinstance(uid, str):
+        if not isinstance(labels, Mapping) or not isinstance(uid, str):
             return
-        key = (str(meta.get("namespace") or ""), job)
-        trainjob = self._jobs.get(key)
-        if trainjob is None and event_type == "DELETED":
-            # not (or no longer) a job we know: forget the pod (its TrainJob may be gone)
-            self._pods.get(key, {}).pop(uid, None)
-            if not self._pods.get(key):
-                self._pods.pop(key, None)
+        for kind in self.kinds.values():
+            name = kind.job_of_pod(labels)
+            if name is None:
+                continue
+            key = (kind.kind, str(meta.get("namespace") or ""), name)
+            gone = self.clock() if event_type == "DELETED" else None
+            job = self._jobs.get(key)
+            state = self.accounts.states.get(str(_meta(job).get("uid"))) if job is not None else None
+            if job is None or state is None:
+                # not (or not yet) a job we know: keep the pod until the job is seen
+                if job is None and event_type == "DELETED" and key not in self.accounts.orphans:
+                    return
+                self.accounts.orphans.setdefault(key, {})[uid] = (pod, gone)
+                if job is not None:
+                    await self.reconcile_job(job, kind=kind)
+                return
+            async with self._lock(key):
+                await self.accounts.pod_event(state, pod, gone, job=job)
+            await self.reconcile_job(job, kind=kind)
             return
-        gone = self.clock() if event_type == "DELETED" else None
-        self._pods.setdefault(key, {})[uid] = _TrackedPod(pod, gone)
-        if trainjob is not None:
-            await self.reconcile_job(trainjob)
 
     def _forget(self, key: Key, uid: str) -> None:
         self._jobs.pop(key, None)
-        self._pods.pop(key, None)
+        self.accounts.orphans.pop(key, None)
         self._locks.pop(key, None)
         self._policies_seen.discard(key)
-        for memo in (self._history, self._evidence, self._gpus):
-            memo.pop(uid, None)
+        self.accounts.forget(uid)
         self._conflicts_reported = {c for c in self._conflicts_reported if c[0] != uid}
         if uid:
             self._deleted[uid] = None
             while len(self._deleted) > _DELETED_MEMORY:
                 self._deleted.popitem(last=False)
 
-    async def reconcile_job(self, trainjob: Mapping[str, Any], *, deleted: bool = False) -> None:
+    async def reconcile_job(
+        self,
+        job: Mapping[str, Any],
+        *,
+        deleted: bool = False,
+        kind: JobKind = TRAINJOB,
+        vanished: bool = False,
+    ) -> None:
         """Record the job's new lifecycle transitions and pod placements; remember them."""
         started = time.monotonic()
         try:
-            await self._reconcile_job(trainjob, deleted)
-        except (KubeError, AuditError, NoConfigError) as exc:
+            await self._reconcile_job(job, deleted, kind, vanished)
+        except (*_ERRORS, NoConfigError) as exc:
             self.metrics.reconciles.labels("lifecycle", "error").inc()
             self.metrics.errors.labels("lifecycle", _reason(exc)).inc()
-            log.error("TrainJob %s/%s: %s (will retry)", *_key(trainjob), exc)
+            log.error("%s %s/%s: %s (will retry)", *_key(kind, job), exc)
             raise
         finally:
             self.metrics.duration.labels("lifecycle").observe(time.monotonic() - started)
 
-    async def _reconcile_job(self, trainjob: Mapping[str, Any], deleted: bool) -> None:
-        uid = _meta(trainjob).get("uid")
+    async def _reconcile_job(
+        self, job: Mapping[str, Any], deleted: bool, kind: JobKind, vanished: bool
+    ) -> None:
+        uid = _meta(job).get("uid")
         if not isinstance(uid, str) or not uid:
             return
-        team = await self.team_of(trainjob)
+        team = await self.team_of(job)
         if team is None:
             return
-        key = _key(trainjob)
+        key = _key(kind, job)
         async with self._lock(key):
             if uid in self._deleted:
                 return
-            wrote = await self._lifecycle(trainjob, uid, team, deleted)
-            if not deleted:
-                wrote += await self._placements(trainjob, uid, team)
-                await self._remember(trainjob, uid, key)
+            state = await self.accounts.state_for(kind, job, uid, key)
+            labels = chargeback_labels(self.config(), team, job)
+            wrote = await self.accounts.reconcile(
+                state, job, team.name, labels, deleted=deleted, vanished=vanished
+            )
+            if state.updated is not None and key in self._jobs:
+                self._jobs[key] = state.updated
+                state.updated = None
             self.metrics.reconciles.labels("lifecycle", "recorded" if wrote else "unchanged").inc()
 
-    def _history_of(self, trainjob: Mapping[str, Any], uid: str) -> tuple[Recorded, ...]:
-        stored = parse_history(_annotation(trainjob, LIFECYCLE_ANNOTATION))
-        known = self._history.get(uid, ())
-        return known if len(known) >= len(stored) else stored  # histories only grow
+    # ------------------------------------------------------------------ jobs that went unseen
 
-    async def _gpus_of(self, config: Config, trainjob: Mapping[str, Any], uid: str) -> JobGpus:
-        found = self._gpus.get(uid)
-        if found is not None:
-            return found
-        kind, name = runtime_ref(trainjob)
-        namespace = _key(trainjob)[0]
-        runtime: Mapping[str, Any] | None = None
-        if name and config.runtime(kind, name, namespace) is None:
-            approval = config.org.runtime_approval(name, kind)
-            if approval is not None and approval.external:
-                runtime = await self.api.get(runtime_path(kind, name, namespace))
-        gpus = job_gpus(config, trainjob, runtime)
-        self._gpus[uid] = gpus
-        return gpus
-
-    async def _lifecycle(self, trainjob: Mapping[str, Any], uid: str, team: Team, deleted: bool) -> int:
-        config = self.config()
-        history = self._history_of(trainjob, uid)
-        gpus = await self._gpus_of(config, trainjob, uid)
-        known = gpu_resources(config)
-        key = _key(trainjob)
-        tracked = self._pods.get(key, {})
-        now = self.clock()
-        runs = [
-            pod_run(p.body, gpus.of_pod(p.body, known), gone_at=p.gone_at or (now if deleted else None))
-            for p in tracked.values()
-        ]
-        transitions = plan(trainjob, runs, history, now, gpus=gpus.total, deleted=deleted)
-        for t in transitions:
-            entry = lifecycle_record(
-                t.event,
-                namespace=key[0],
-                name=key[1],
-                team=team.name,
-                uid=uid,
-                gpus=t.gpus,
-                gpu_seconds=t.gpu_seconds,
-                started=format_time(t.started) if t.started else None,
-                finished=format_time(t.finished) if t.finished else None,
-                reason=t.reason,
-                revision=config.revision,
-                at=format_time(t.at),
-                labels=_chargeback_labels(config, team, trainjob),
-            )
-            await self.recorder.append(entry)
-            history = (*history, Recorded(t.event, t.at))
-            self._history[uid] = history
-            self.metrics.lifecycle_records.labels(t.event).inc()
-            if t.gpu_seconds:
-                self.metrics.gpu_seconds.labels(team.name).inc(t.gpu_seconds)
-            log.info(
-                "TrainJob %s/%s %s at %s (GPU-seconds %s)",
-                key[0],
-                key[1],
-                t.event,
-                format_time(t.at),
-                t.gpu_seconds,
-            )
-            if t.event in CLOSING_EVENTS:
-                # pods that are gone were paid for with this segment
-                for pod_uid in [u for u, p in tracked.items() if p.gone_at is not None]:
-                    tracked.pop(pod_uid, None)
-        return len(transitions)
-
-    async def _placements(self, trainjob: Mapping[str, Any], uid: str, team: Team) -> int:
-        config = self.config()
-        stored = _annotation(trainjob, EVIDENCE_ANNOTATION)
-        recorded = self._evidence.get(uid, frozenset()) | frozenset(filter(None, (stored or "").split(",")))
-        key = _key(trainjob)
-        labels = _meta(trainjob).get("labels") or {}
-        wrote = 0
-        for tracked in list(self._pods.get(key, {}).values()):
-            meta, spec = _meta(tracked.body), tracked.body.get("spec") or {}
-            pod, node = str(meta.get("name") or ""), spec.get("nodeName")
-            if not pod or not isinstance(node, str) or not node or pod in recorded:
-                continue
-            node_labels = await self.api.node_labels(node) or {}
-            found = placement(
-                config, team, labels if isinstance(labels, Mapping) else {}, pod, node, node_labels
-            )
-            details = {**found.details(), "podUid": meta.get("uid")}
-            entry = evidence_record(
-                "placement",
-                namespace=key[0],
-                name=key[1],
-                team=team.name,
-                pod=pod,
-                node=node,
-                region=found.region,
-                zone=found.zone,
-                flavor=found.flavor,
-                details=details,
-            )
-            await self.recorder.append(entry)
-            recorded |= {pod}
-            self._evidence[uid] = recorded
-            wrote += 1
-            self.metrics.evidence_records.labels(str(found.compliant).lower()).inc()
-            if not found.compliant:
-                self.metrics.residency_mismatches.labels(team.name, found.region or "none").inc()
-                log.warning("TrainJob %s/%s: %s", key[0], key[1], found.message())
-                await self.events.post(trainjob, "Warning", "ResidencyMismatch", found.message())
-        return wrote
-
-    async def _remember(self, trainjob: Mapping[str, Any], uid: str, key: Key) -> None:
-        """Write what memory holds into the annotations when they lag behind it."""
-        annotations: dict[str, str] = {}
-        history = self._history.get(uid)
-        if history is not None:
-            text = format_history(history)
-            if _annotation(trainjob, LIFECYCLE_ANNOTATION) != text:
-                annotations[LIFECYCLE_ANNOTATION] = text
-        evidence = self._evidence.get(uid)
-        if evidence is not None:
-            text = ",".join(sorted(evidence))
-            if _annotation(trainjob, EVIDENCE_ANNOTATION) != text and len(text) <= _MAX_EVIDENCE_ANNOTATION:
-                annotations[EVIDENCE_ANNOTATION] = text
-        if not annotations:
-            return
+    async def start(self) -> None:
+        """Before watching: read the ledger and close the jobs it names that are gone."""
         try:
-            updated = await self.api.merge_patch(
-                trainjob_path(*key), {"metadata": {"annotations": annotations}}
-            )
+            await self.accounts.load_ledger()
         except KubeError as exc:
-            if exc.status == 404:
-                return  # deleted meanwhile; the DELETED event follows
-            raise
-        if _meta(updated).get("uid") == uid:
-            self._jobs[key] = updated
+            log.error(
+                "could not read the ledger: %s (jobs deleted while the controller was down stay open)", exc
+            )
+            return
+        await self.find_vanished()
+
+    async def find_vanished(self) -> int:
+        """Close every job the controller knew with an open segment (from the ledger, or seen by this
+        process) that the API no longer has: it was deleted unseen. Returns how many failed."""
+        began = self.clock()
+        present: dict[str, set[str]] = {}
+        for kind in self.kinds.values():
+            try:
+                items = await self.api.list_items(kind.collection())
+            except KubeError as exc:
+                log.warning(
+                    "listing %ss failed (%s): deleted jobs are looked for again at the next resync",
+                    kind.kind,
+                    exc,
+                )
+                return 0
+            present[kind.kind] = {str(_meta(i).get("uid")) for i in items}
+        failures = 0
+        for uid, entry in list(self.accounts.from_ledger.items()):
+            entry_kind = self.kinds.get(entry.kind)
+            if entry_kind is None or uid in present.get(entry.kind, set()):
+                continue
+            key = (entry.kind, entry.namespace, entry.name)
+            async with self._lock(key):
+                if uid not in self.accounts.from_ledger:
+                    continue  # adopted meanwhile
+                state, stand_in = self.accounts.state_from_ledger(entry, entry_kind)
+                del self.accounts.from_ledger[uid]
+                self.accounts.states[uid] = state
+                try:
+                    await self.accounts.reconcile(
+                        state, stand_in, entry.team, entry.labels, deleted=True, vanished=True
+                    )
+                except (*_ERRORS, NoConfigError) as exc:
+                    failures += 1
+                    self.accounts.from_ledger[uid] = entry
+                    self.accounts.states.pop(uid, None)
+                    log.warning(
+                        "closing vanished %s %s/%s failed: %s", entry.kind, entry.namespace, entry.name, exc
+                    )
+                    continue
+            self.metrics.vanished.labels(entry.kind).inc()
+            self._forget(key, uid)
+        for key, job in list(self._jobs.items()):
+            kind = self.kinds[key[0]]
+            uid = str(_meta(job).get("uid") or "")
+            known = self.accounts.states.get(uid)
+            if uid in present.get(kind.kind, set()) or known is None or not known.open:
+                continue
+            if known.first_seen is not None and known.first_seen >= began:
+                continue  # seen after the listing began
+            if await self.api.get(kind.path(key[1], key[2])) is not None:
+                continue
+            log.warning("%s %s/%s is gone and its deletion was not seen: closing it", *key)
+            del self._jobs[key]
+            try:
+                await self.reconcile_job(job, deleted=True, kind=kind, vanished=True)
+            except (*_ERRORS, NoConfigError):
+                failures += 1
+                self._jobs[key] = job
+                continue
+            self.metrics.vanished.labels(kind.kind).inc()
+            self._forget(key, uid)
+        if self.accounts.ledger is not None:
+            try:
+                await self.accounts.save_ledger()
+            except KubeError as exc:
+                log.warning("writing the ledger failed: %s", exc)
+        return failures
+
+    async def save_ledger(self) -> None:
+        """Write the ledger (the runner calls it every few seconds and when it stops)."""
+        await self.accounts.save_ledger()
 
     # ------------------------------------------------------------------ reliances
 
@@ -616,31 +593,40 @@ class Reconciler:
 
     async def resync(self) -> tuple[int, int]:
         """Reconcile every known job (policies that drifted unnoticed, config changes, records
-        whose writing failed). Returns (jobs, failures); failures are logged and counted."""
+        whose writing failed) and close jobs that went unseen. Returns (jobs, failures); failures
+        are logged and counted."""
         failures = 0
-        for gone in list(self._pending_deletions.values()):
+        for kind, gone in list(self._pending_deletions.values()):
             try:
-                await self.on_trainjob_event("DELETED", gone)
-            except (KubeError, AuditError, NoConfigError) as exc:
+                await self.on_job_event(kind, "DELETED", gone)
+            except (*_ERRORS, NoConfigError) as exc:
                 failures += 1
-                log.warning("recording the deletion of TrainJob %s/%s failed again: %s", *_key(gone), exc)
-        jobs = list(self._jobs.values())
-        for trainjob in jobs:
+                log.warning("recording the deletion of %s %s/%s failed again: %s", *_key(kind, gone), exc)
+        jobs = list(self._jobs.items())
+        for key, job in jobs:
+            kind = self.kinds[key[0]]
             try:
-                await self.ensure_network_policy(trainjob, cause=" on resync")
-                await self.reconcile_job(self._jobs.get(_key(trainjob), trainjob))
-            except (KubeError, AuditError, NoConfigError) as exc:
+                await self.ensure_network_policy(job, cause=" on resync", kind=kind)
+                await self.reconcile_job(self._jobs.get(key, job), kind=kind)
+            except (*_ERRORS, NoConfigError) as exc:
                 failures += 1
-                log.warning("resync of TrainJob %s/%s failed: %s", *_key(trainjob), exc)
+                log.warning("resync of %s %s/%s failed: %s", *key, exc)
+        failures += await self.find_vanished()
         return len(jobs), failures
 
 
-def _chargeback_labels(config: Config, team: Team, trainjob: Mapping[str, Any]) -> dict[str, str]:
-    """The job's labels that reports group GPU-hours by: the labels the org and the team require
-    (the cost center, typically) and the data classification."""
-    meta = trainjob.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, dict) else None
-    if not isinstance(labels, dict):
-        return {}
-    wanted = {*config.org.lifecycle.required_labels, *team.required_labels, "mpigate.io/data-classification"}
-    return {k: v for k in sorted(wanted) if isinstance(v := labels.get(k), str)}
+def _pinned_env_of(job: Mapping[str, Any], kind: JobKind) -> Any:
+    """Where a job's pinned OpenMPI variables are written: a TrainJob's ``spec.trainer.env``, an
+    MPIJob's Launcher first container (where mpirun reads them)."""
+    spec = job.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    if kind is TRAINJOB:
+        trainer = spec.get("trainer")
+        return trainer.get("env") if isinstance(trainer, Mapping) else None
+    replicas = spec.get("mpiReplicaSpecs")
+    launcher = replicas.get("Launcher") if isinstance(replicas, Mapping) else None
+    template = launcher.get("template") if isinstance(launcher, Mapping) else None
+    pod_spec = template.get("spec") if isinstance(template, Mapping) else None
+    containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
+    first = containers[0] if isinstance(containers, list) and containers else None
+    return first.get("env") if isinstance(first, Mapping) else None

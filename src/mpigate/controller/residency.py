@@ -4,6 +4,11 @@ A node's region is the OrgPolicy region whose ``nodeLabels`` all match the node'
 example org: ``topology.kubernetes.io/region: eu-west-1`` → ``eu``). A pod complies when that
 region is the team's region and, for a job with a data classification that lists regions, one of
 those. A node that maps to no region cannot prove residency and does not comply.
+
+A node that is gone by the time the controller looks (it was down, or the node was removed) is not
+a node without labels: its labels are unknown. The pod's own ``nodeSelector`` then tells what the
+scheduler guaranteed the node carried (admission pins every pod to its team's region that way);
+when that names no region either, the placement is recorded as unknown — never as a violation.
 """
 
 from __future__ import annotations
@@ -70,12 +75,28 @@ class Placement:
     flavor: str | None
     expected: tuple[str, ...]
     why: str
+    #: Where the region comes from: ``node`` (its labels, read now), ``nodeSelector`` (the node is
+    #: gone; the pod's nodeSelector says what the node carried) or ``unknown`` (neither).
+    basis: str = "node"
 
     @property
-    def compliant(self) -> bool:
+    def compliant(self) -> bool | None:
+        """True/False; None when the node is gone and nothing tells where it was."""
+        if self.basis == "unknown":
+            return None
         return self.region is not None and self.region in self.expected
 
     def message(self) -> str:
+        if self.basis == "unknown":
+            return (
+                f"pod {self.pod} ran on node {self.node}, which no longer exists; its region is unknown "
+                f"(allowed: {', '.join(self.expected) or 'none'}: {self.why})"
+            )
+        if self.basis == "nodeSelector":
+            return (
+                f"pod {self.pod} ran on node {self.node} (gone now) in region {self.region or 'unknown'} "
+                f"by its nodeSelector; allowed: {', '.join(self.expected) or 'none'} ({self.why})"
+            )
         where = f"region {self.region}" if self.region else "no mpigate region"
         label = (
             f" ({REGION_LABEL}={self.region_label})" if self.region_label else f" (no {REGION_LABEL} label)"
@@ -91,6 +112,7 @@ class Placement:
             "expectedRegions": list(self.expected),
             "compliant": self.compliant,
             "why": self.why,
+            "basis": self.basis,
         }
 
 
@@ -100,9 +122,17 @@ def placement(
     job_labels: Mapping[str, Any],
     pod_name: str,
     node_name: str,
-    node_labels: Mapping[str, str],
+    node_labels: Mapping[str, str] | None,
+    *,
+    node_selector: Mapping[str, Any] | None = None,
 ) -> Placement:
-    """Judge one pod on one node."""
+    """Judge one pod on one node (``node_labels`` None: the node is gone; ``node_selector``: the
+    pod's, which the scheduler matched against the node's labels)."""
+    basis = "node"
+    if node_labels is None:
+        selector = node_selector if isinstance(node_selector, Mapping) else {}
+        node_labels = {str(k): v for k, v in selector.items() if isinstance(v, str)}
+        basis = "nodeSelector" if node_region(config, node_labels) is not None else "unknown"
     region = node_region(config, node_labels)
     expected, why = expected_regions(config, team, job_labels)
     return Placement(
@@ -114,4 +144,5 @@ def placement(
         flavor=node_flavor(config, node_labels, region),
         expected=expected,
         why=why,
+        basis=basis,
     )

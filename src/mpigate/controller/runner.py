@@ -29,13 +29,16 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from mpigate.admission.kube import KubeClient, KubeConfig
 from mpigate.admission.reload import ConfigStore
-from mpigate.audit import AsyncAuditLog, AuditMetrics, WriterOptions, load_signer
+from mpigate.audit import AsyncAuditLog, AuditMetrics, Signer, WriterOptions, load_signer
 from mpigate.config import Config
 
 from .api import ControllerApi
 from .events import EventPoster
 from .handlers import build_registry, build_settings
+from .jobstate import Sealer
+from .kinds import TRAINJOB
 from .leader import LeaseElector, LeaseSettings
+from .ledger import DEFAULT_LEDGER_NAME
 from .metrics import ControllerMetrics
 from .reconciler import Reconciler
 from .recording import AuditTrailRecorder, LogRecorder, Recorder
@@ -76,6 +79,11 @@ class ControllerOptions:
     #: (controller/reliances.py); None: not checked.
     kueue_config: str | None = DEFAULT_KUEUE_CONFIG
     watch_timeout: float = 300.0
+    #: ``namespace/name`` of the ledger ConfigMap of open run segments (controller/ledger.py), read
+    #: at start and written every ``ledger_seconds`` and when stopping; None: no ledger (a job deleted
+    #: while the controller is down then gets no closing record).
+    ledger: str | None = f"mpigate-system/{DEFAULT_LEDGER_NAME}"
+    ledger_seconds: float = 30.0
 
 
 def connection_info(kube: KubeConfig) -> kopf.ConnectionInfo:
@@ -99,6 +107,7 @@ class _Health:
         self.kopf_done: asyncio.Future[BaseException | None] | None = None
         self.recorder: Recorder | None = None
         self.store: ConfigStore | None = None
+        self.sealer: Sealer | None = None
 
 
 def _metrics_app(metrics: ControllerMetrics, health: _Health) -> web.Application:
@@ -134,13 +143,31 @@ def _bound_port(runner: web.AppRunner, default: int) -> int:
     return default
 
 
-async def _open_recorder(options: ControllerOptions, config: Config, metrics: ControllerMetrics) -> Recorder:
+def _signer(options: ControllerOptions, config: Config) -> Signer | None:
+    settings = config.org.audit
+    key = options.audit_key or (Path(settings.signing_key_file) if settings.signing_key_file else None)
+    return load_signer(settings.signing_method, key) if key is not None else None
+
+
+def sealer_of(signer: Signer | None) -> Sealer | None:
+    """The seal of the controller's state annotations: the audit key's signature (deterministic
+    for HMAC-SHA256 and Ed25519, so every replica computes the same one)."""
+    if signer is None:
+        log.warning(
+            "no audit key: the controller's state annotations on jobs are not sealed (a tenant who may "
+            "edit a job's annotations could change what is charged)"
+        )
+        return None
+    return signer.sign
+
+
+async def _open_recorder(
+    options: ControllerOptions, config: Config, metrics: ControllerMetrics, signer: Signer | None
+) -> Recorder:
     if options.audit_dir is None:
         log.warning("no --audit-dir: lifecycle and evidence records go to the log only (not tamper-evident)")
         return LogRecorder()
     settings = config.org.audit
-    key = options.audit_key or (Path(settings.signing_key_file) if settings.signing_key_file else None)
-    signer = load_signer(settings.signing_method, key) if key is not None else None
     audit_log = await AsyncAuditLog.open(
         options.audit_dir,
         source="controller",
@@ -186,8 +213,10 @@ async def run_controller(
     health.store = store
 
     client = KubeClient(options.kube, user_agent="mpigate-controller", request_timeout=30.0)
-    recorder = await _open_recorder(options, loaded.config, metrics)
+    signer = _signer(options, loaded.config)
+    recorder = await _open_recorder(options, loaded.config, metrics, signer)
     health.recorder = recorder
+    health.sealer = sealer_of(signer)
     runner = web.AppRunner(_metrics_app(metrics, health), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, options.metrics_host, options.metrics_port)
@@ -231,13 +260,18 @@ class _KopfThread(threading.Thread):
         recorder: Recorder,
         metrics: ControllerMetrics,
         done: Callable[[BaseException | None], None],
+        sealer: Sealer | None = None,
     ) -> None:
         super().__init__(name="kopf", daemon=True)
         self.options = options
         self.store = store
         self.recorder = recorder
         self.metrics = metrics
+        self.sealer = sealer
         self.stop_flag = threading.Event()
+        #: Set before ``stop_flag`` when the process stops cleanly (False: the Lease was lost and
+        #: another replica may already lead, so the ledger is left to it).
+        self.graceful = False
         self._done = done
 
     def run(self) -> None:
@@ -257,6 +291,10 @@ class _KopfThread(threading.Thread):
             loaded = store.current
             return loaded.config if loaded is not None else None
 
+        ledger = None
+        if options.ledger:
+            namespace, _, name = options.ledger.partition("/")
+            ledger = (namespace, name)
         reconciler = Reconciler(
             config=current_config,
             api=api,
@@ -265,6 +303,9 @@ class _KopfThread(threading.Thread):
             events=EventPoster(api, metrics, options.identity),
             namespace_label=options.namespace_label,
             clock=lambda: dt.datetime.now(dt.UTC),
+            kinds=(TRAINJOB,),
+            sealer=self.sealer,
+            ledger=ledger,
         )
 
         async def reload() -> None:
@@ -286,12 +327,23 @@ class _KopfThread(threading.Thread):
                 await reconciler.check_kueue(options.kueue_config)
             except Exception:  # reported by the gauge and the next resync; never fatal
                 log.exception("checking Kueue's Configuration failed")
+        try:
+            # before watching: jobs the ledger names that were deleted while no controller ran
+            await reconciler.start()
+        except Exception:  # the resync looks for them again; never fatal
+            log.exception("closing jobs deleted while the controller was down failed")
 
         # Created before kopf starts, so that kopf does not count them among its own tasks.
         background = [
             asyncio.create_task(_every(options.reload_seconds, reload, "config reload"), name="reload"),
             asyncio.create_task(_every(options.resync_seconds, resync, "resync"), name="resync"),
         ]
+        if ledger is not None:
+            background.append(
+                asyncio.create_task(
+                    _every(options.ledger_seconds, reconciler.save_ledger, "ledger write"), name="ledger"
+                )
+            )
         try:
             await kopf.operator(
                 registry=build_registry(reconciler, login=lambda **_: connection_info(options.kube)),
@@ -304,6 +356,11 @@ class _KopfThread(threading.Thread):
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            if ledger is not None and self.graceful:
+                try:  # what the next leader needs, confirmed until now
+                    await reconciler.save_ledger()
+                except Exception:
+                    log.exception("writing the ledger when stopping failed")
             await client.close()
 
 
@@ -329,7 +386,7 @@ async def _lead(
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(settle, error)
 
-    thread = _KopfThread(options, store, recorder, metrics, done)
+    thread = _KopfThread(options, store, recorder, metrics, done, health.sealer)
     health.kopf_done = finished
     thread.start()
     waits: dict[str, asyncio.Future[Any]] = {"kopf": finished, "stop": asyncio.ensure_future(stop.wait())}
@@ -350,6 +407,7 @@ async def _lead(
                 log.error("kopf stopped by itself")
             code = ExitCode.FAILED
     finally:
+        thread.graceful = code == ExitCode.OK
         thread.stop_flag.set()
         for name, waiting in waits.items():
             if name != "kopf":
