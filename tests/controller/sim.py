@@ -16,7 +16,7 @@ import datetime as dt
 import hashlib
 import hmac
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,13 +26,14 @@ from tests.controller.conftest import example_job
 from tests.controller.kube import EVENTS, PODS, TJ, Api, alive
 
 from mpigate.admission.kube import KubeClient, KubeError
-from mpigate.audit import AuditWriteError
+from mpigate.audit import AuditEntry, AuditWriteError
 from mpigate.config import Config
 from mpigate.controller.api import ControllerApi
 from mpigate.controller.events import EventPoster
 from mpigate.controller.kinds import TRAINJOB
 from mpigate.controller.metrics import ControllerMetrics
 from mpigate.controller.reconciler import Reconciler
+from mpigate.report import ReportBuilder, ReportOptions
 
 NAMESPACE = "nlp-team"
 LEDGER = ("mpigate-system", "mpigate-controller-ledger")
@@ -123,10 +124,13 @@ def condition(kind: str, status: str, at: dt.datetime, reason: str = "", message
 
 
 class Records:
-    """The audit trail: records kept in memory across controller restarts; appends can fail."""
+    """The audit trail: records kept in memory across controller restarts (with the time each was
+    written, as the audit writer stamps it); appends can fail."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
         self.entries: list[Mapping[str, Any]] = []
+        self.times: list[dt.datetime] = []
+        self.clock = clock
         self.fail_next = 0
 
     async def append(self, entry: Mapping[str, Any]) -> None:
@@ -134,6 +138,20 @@ class Records:
             self.fail_next -= 1
             raise AuditWriteError("disk full", "ENOSPC")
         self.entries.append(entry)
+        self.times.append(self.clock())
+
+    def chargeback(self, **options: Any) -> dict[str, Any]:
+        """The report's chargeback section over these records (``options``: ReportOptions)."""
+        builder = ReportBuilder(ReportOptions(**options))
+        for seq, (entry, time) in enumerate(zip(self.entries, self.times, strict=True)):
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+            builder.add_entry(AuditEntry("controller", seq, stamp, entry["stage"], "f", seq, entry, b""))
+        section: dict[str, Any] = builder.finish()["chargeback"]
+        return section
+
+    def charged(self, **options: Any) -> float:
+        """GPU-seconds the report charges (every team and cost center)."""
+        return float(sum(row["gpuSeconds"] for row in self.chargeback(**options)["byTeamAndCostCenter"]))
 
     @property
     def healthy(self) -> bool:
@@ -181,6 +199,9 @@ class Sim:
     ledger: bool = True
     sealed: bool = True
     _uids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def __post_init__(self) -> None:
+        self.records.clock = self.clock
 
     @property
     def api(self) -> Api:

@@ -10,7 +10,6 @@ initializers with none.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import kmock as kmock_lib
@@ -46,13 +45,9 @@ async def sim(kmock: kmock_lib.KubernetesEmulator, org: Config) -> AsyncIterator
             await client.close()
 
 
-def charged(sim: Sim, job: str | None = None) -> float:
-    """GPU-seconds of the job's closed segments, each (uid, segment, event) once — as the report
-    counts them."""
-    seen: dict[tuple[Any, ...], float] = {}
-    for r in sim.records.closing(job):
-        seen.setdefault((r["uid"], r["segment"], r["event"]), r["gpuSeconds"])
-    return sum(seen.values())
+def charged(sim: Sim) -> float:
+    """GPU-seconds the report charges for these records (each (uid, segment, event) once)."""
+    return sim.records.charged()
 
 
 async def run_two_pods(sim: Sim, job: str, start: str = "10:01:00", node_start: str = "10:01:30") -> None:
@@ -138,6 +133,8 @@ async def test_restart_that_lists_a_finished_job_before_its_pods(sim: Sim) -> No
     expected = 8 * seconds("10:01:00", "10:31:00") + 8 * seconds("10:01:30", "10:31:30")
     done = sim.records.closing()[0]
     assert (done["gpuSeconds"], done["basis"]) == (expected, "observed")
+    assert charged(sim) == expected
+    assert sim.records.chargeback()["flagged"] == []
 
 
 async def test_a_job_deleted_while_the_controller_is_down(sim: Sim) -> None:
@@ -172,6 +169,11 @@ async def test_a_job_deleted_while_the_controller_is_down(sim: Sim) -> None:
     sim.crash()
     await sim.start()
     assert len(sim.records.closing()) == 1
+    # the report charges what is known and flags it with its range
+    report = sim.records.chargeback()
+    assert charged(sim) == known
+    assert report["flags"]["vanished"] == 1 and report["flags"]["partial"] == 1
+    assert report["range"] == {"gpuHoursMin": round(known / 3600, 3), "gpuHoursMax": round(at_most / 3600, 3)}
 
 
 async def test_preemption_with_the_suspension_seen_before_the_pods_go(sim: Sim) -> None:
@@ -237,7 +239,7 @@ async def test_preemption_with_the_pods_gone_before_the_suspension_is_seen(sim: 
     # the pods ran past the suspension by 5 s: the segment ends at the suspension
     expected = 8 * seconds("10:01:00", "10:20:00") + 8 * seconds("10:01:30", "10:20:00")
     assert sim.records.events() == [("admitted", 1), ("started", 1), ("suspended", 1)]
-    assert sim.records.closing()[0]["gpuSeconds"] == expected
+    assert sim.records.closing()[0]["gpuSeconds"] == expected == charged(sim)
 
 
 async def test_a_jobset_full_restart(sim: Sim) -> None:
@@ -270,6 +272,7 @@ async def test_a_jobset_full_restart(sim: Sim) -> None:
     )
     assert sim.records.events() == [("admitted", 1), ("started", 1), ("succeeded", 1)]
     assert (sim.records.closing()[0]["gpuSeconds"], sim.records.closing()[0]["pods"]) == (expected, 4)
+    assert charged(sim) == expected
 
 
 async def test_a_replaced_worker(sim: Sim) -> None:
@@ -292,7 +295,7 @@ async def test_a_replaced_worker(sim: Sim) -> None:
     expected = 8 * (
         seconds("10:01:00", "10:45:00") + seconds("10:01:30", "10:15:00") + seconds("10:16:00", "10:45:00")
     )
-    assert sim.records.closing()[0]["gpuSeconds"] == expected
+    assert sim.records.closing()[0]["gpuSeconds"] == expected == charged(sim)
 
 
 async def test_initializers_hold_no_gpus_and_start_the_job(sim: Sim) -> None:
@@ -318,6 +321,7 @@ async def test_initializers_hold_no_gpus_and_start_the_job(sim: Sim) -> None:
     done = sim.records.closing()[0]
     assert done["gpuSeconds"] == 8 * seconds("10:01:00", "10:31:00") + 8 * seconds("10:01:30", "10:31:30")
     assert done["pods"] == 4  # the initializers ran too, with 0 GPUs
+    assert charged(sim) == done["gpuSeconds"]
 
 
 async def test_exactly_once_while_the_controller_stays_up(sim: Sim) -> None:
@@ -384,6 +388,7 @@ async def test_pods_deleted_before_a_restart_or_leader_change(sim: Sim, how: str
     done = sim.records.closing()[0]
     assert (done["gpuSeconds"], done["basis"], done["pods"]) == (expected, "observed", 3)
     assert sim.records.events() == [("admitted", 1), ("started", 1), ("succeeded", 1)]
+    assert charged(sim) == expected
 
 
 async def test_a_preemption_during_an_outage(sim: Sim) -> None:
@@ -412,6 +417,7 @@ async def test_a_preemption_during_an_outage(sim: Sim) -> None:
     assert (gone["gpuSeconds"], gone["basis"], gone["at"]) == (expected, "inferred", "2026-11-22T10:20:00Z")
     at_least = 8 * seconds("10:01:00", "10:09:00") + 8 * seconds("10:01:30", "10:09:00")
     assert (gone["gpuSecondsMin"], gone["gpuSecondsMax"]) == (at_least, expected)
+    assert charged(sim) == expected and sim.records.chargeback()["flags"]["inferred"] == 1
     assert gone["notes"] == [
         f"pod {job}-launcher-0-0-aaaaa: gone while the controller was not watching; charged until the "
         "segment closed at 2026-11-22T10:20:00Z (last seen running 2026-11-22T10:09:00Z)",
@@ -468,6 +474,8 @@ async def test_a_preemption_and_readmission_during_an_outage(sim: Sim) -> None:
     await sim.complete(job)
     second = sim.records.closing()[1]
     assert (second["gpuSeconds"], second["basis"]) == (2 * 8 * seconds("10:51:00", "11:30:00"), "observed")
+    assert charged(sim) == at_least + second["gpuSeconds"]
+    assert sim.records.chargeback()["flags"]["partial"] == 1
 
 
 async def test_a_crash_between_the_record_and_the_annotation(sim: Sim) -> None:
@@ -493,6 +501,7 @@ async def test_a_crash_between_the_record_and_the_annotation(sim: Sim) -> None:
     assert [(r["event"], r["segment"], r["uid"]) for r in repeated] == [("succeeded", 1, "job-1")] * 2
     assert repeated[0]["gpuSeconds"] == repeated[1]["gpuSeconds"]
     assert charged(sim) == 8 * seconds("10:01:00", "10:31:00") + 8 * seconds("10:01:30", "10:31:30")
+    assert sim.records.chargeback()["duplicates"] == {"records": 1, "differing": 0}
 
 
 @pytest.mark.parametrize("restart_between", [False, True])
@@ -524,6 +533,7 @@ async def test_second_and_later_in_place_container_restarts(sim: Sim, restart_be
     done = sim.records.closing()[0]
     expected = 8 * seconds("10:01:00", "10:31:00") + 8 * seconds("10:01:30", "10:31:30")
     assert (done["gpuSeconds"], done["basis"]) == (expected, "observed")
+    assert charged(sim) == expected
 
 
 async def test_restarts_the_controller_never_saw_are_charged_from_the_pod_start(sim: Sim) -> None:
@@ -576,6 +586,28 @@ async def test_a_job_across_midnight_is_split_by_day(sim: Sim) -> None:
     assert done["byDay"] == {"2026-11-22": day1, "2026-11-23": day2}
     assert done["gpuSeconds"] == day1 + day2
     assert done["usage"] == {"from": "2026-11-22T23:00:00Z", "steps": [[0, 8], [1800, 16], [9000, 0]]}
+    # the report files each day's share under it (the record was written on the 23rd)
+    by_day = {d["date"]: d["gpuHours"] for d in sim.records.chargeback()["byDay"]}
+    assert by_day == {"2026-11-22": round(day1 / 3600, 3), "2026-11-23": round(day2 / 3600, 3)}
+    assert sim.records.charged(since="2026-11-22", until="2026-11-23") == day1
+
+
+async def test_a_job_across_a_period_boundary_is_split_by_period(sim: Sim) -> None:
+    """Timeline 17: a period ends at 12:00 while the job runs 11:00–13:00; the record is written
+    at 13:01. Each period gets the share it ran in (it was filed wholly under the later one)."""
+    await sim.start()
+    job = await sim.create_job()
+    sim.at(t("10:59:00"))
+    await sim.admit(job)
+    await run_two_pods(sim, job, "11:00:00", "11:00:00")
+    sim.at(t("13:00:00"))
+    await finish_two_pods(sim, job, "13:00:00", "13:00:00", start="11:00:00", node_start="11:00:00")
+    sim.at(t("13:01:00"))
+    await sim.complete(job)
+    before = sim.records.charged(since="2026-11-22T00:00:00Z", until="2026-11-22T12:00:00Z")
+    after = sim.records.charged(since="2026-11-22T12:00:00Z", until="2026-11-23T00:00:00Z")
+    assert (before, after) == (2 * 8 * 3600, 2 * 8 * 3600)
+    assert sim.records.charged() == 2 * 8 * 7200
 
 
 # ---------------------------------------------------------------------------- placement evidence
@@ -615,6 +647,7 @@ async def test_a_wrong_region_pod_during_an_outage_leaves_evidence(sim: Sim) -> 
         "partial",
         8 * seconds("10:00:00", "10:30:00"),
     )
+    assert sim.records.chargeback()["flags"]["partial"] == 1  # not a silent 0
 
 
 @pytest.mark.parametrize("selector", [True, False])
@@ -680,7 +713,7 @@ async def test_a_lost_nodes_pod_is_charged_until_the_node_failed(sim: Sim) -> No
     sim.at(t("10:31:00"))
     await sim.complete(job, failed=True)
     done = sim.records.closing()[0]
-    assert done["gpuSeconds"] == 8 * seconds("10:01:00", "10:20:40")
+    assert done["gpuSeconds"] == 8 * seconds("10:01:00", "10:20:40") == charged(sim)
     assert done["notes"] == [
         f"pod {job}-node-0-0-bbbbb: its node was lost; charged until it turned not ready at "
         "2026-11-22T10:20:40Z"
@@ -701,6 +734,7 @@ async def test_gpus_come_from_the_resolved_demand_and_a_differing_pod_spec_is_fl
     done = sim.records.closing()[0]
     assert done["gpuSeconds"] == 8 * 600
     assert done["gpuSpecMismatch"] == [{"pod": f"{job}-node-0-0-bbbbb", "charged": 8, "spec": 4}]
+    assert charged(sim) == 8 * 600 and sim.records.chargeback()["flags"]["gpuSpecMismatch"] == 1
 
 
 async def test_state_annotations_a_tenant_edits_are_ignored(sim: Sim) -> None:

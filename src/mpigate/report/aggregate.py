@@ -5,7 +5,8 @@
 :class:`~.decisions.Decisions`, :class:`~.activity.Activity`,
 :class:`~.apiserver.ApiServerEvents`, :class:`~.residency.Residency`,
 :class:`~.chargeback.Chargeback` — and keeps only counters and bounded samples: its memory
-depends on the number of teams, rules, days, regions and actors, never on the number of records.
+depends on the number of teams, rules, days, regions and actors, not on the number of records
+(except the chargeback's one small entry per run segment, which de-duplication needs).
 ``finish`` turns the state into the report document (see ``schema/report.schema.json`` and
 docs/compliance.md).
 
@@ -74,7 +75,7 @@ class ReportBuilder:
         self.activity = Activity(opts.max_keys, opts.max_events)
         self.api_server = ApiServerEvents(opts.max_keys, opts.max_examples)
         self.residency = Residency(opts.team_regions, opts.max_examples, opts.max_keys)
-        self.chargeback = Chargeback()
+        self.chargeback = Chargeback(opts.since, opts.until, opts.max_events)
         self.revisions = Revisions(opts.since, opts.max_keys)
         self.images = ImageInventory(opts.max_keys)
         self.sampler = Sampler(opts.sample, opts.seed)
@@ -126,6 +127,9 @@ class ReportBuilder:
             if type(evidence) is dict and evidence.get("kind") == "config":
                 self.revisions.add_config(record, time, chain, in_period)
         if not in_period:
+            if stage == "lifecycle" and (self._team is None or record.get("team") == self._team):
+                # a segment closed before or after the period may have run in it (by its usage)
+                self.chargeback.add(record, time, (chain, entry.seq))
             return
         if stage == "checkpoint":
             self.checkpoints += 1
@@ -155,7 +159,7 @@ class ReportBuilder:
             if self._reconcile:
                 self.reconciliation.add_record("mutate", chain, entry.seq, entry.hash, time)
         elif stage == "lifecycle":
-            self.chargeback.add(record, time)
+            self.chargeback.add(record, time, (chain, entry.seq))
         elif stage == "evidence":
             self.residency.add(record, time, team, (chain, entry.seq, entry.hash))
 

@@ -668,11 +668,54 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
         out.append("No data: no lifecycle record in the period.")
         out.append("")
     else:
-        rows = [
-            [x["team"], x["costCenter"], x["jobs"], x["gpuHours"]]
-            for x in report["chargeback"]["byTeamAndCostCenter"]
-        ]
+        cb = report["chargeback"]
+        line = (
+            f"{_num(cb['gpuHours'], 1)} GPU-hours used in the period (GPUs × pod run time, split by when "
+            "they were used; each job, segment and event once)"
+        )
+        if cb["duplicates"]["records"]:
+            line += f"; {_num(cb['duplicates']['records'])} repeated record(s) counted once"
+        if cb["range"]["gpuHoursMin"] != cb["range"]["gpuHoursMax"]:
+            line += (
+                f"; with the segments not all observed, between {_num(cb['range']['gpuHoursMin'], 1)} and "
+                f"{_num(cb['range']['gpuHoursMax'], 1)}"
+            )
+        out.append(line + ".")
+        out.append("")
+        rows = [[x["team"], x["costCenter"], x["jobs"], x["gpuHours"]] for x in cb["byTeamAndCostCenter"]]
         _md_rows(out, ["Team", "Cost center", "Jobs ended", "GPU-hours"], rows, max_rows, "rows")
+        _md_rows(
+            out,
+            ["Day (UTC)", "GPU-hours"],
+            [[x["date"], x["gpuHours"]] for x in cb["byDay"]],
+            max_rows,
+            "days",
+        )
+        if cb["flagged"]:
+            out.append(
+                "Flagged segments: " + ", ".join(f"{n} {name}" for name, n in cb["flags"].items() if n) + "."
+            )
+            out.append("")
+            rows = [
+                [
+                    f"{x['namespace'] or ''}/{x['name'] or ''}",
+                    x["team"],
+                    x["segment"] if x["segment"] is not None else "–",
+                    f"{x['event']} {x['time'][:19]}",
+                    ", ".join(x["flags"]),
+                    x["gpuHours"] if x["gpuHours"] is not None else "unknown",
+                    f"{x['gpuHoursMin']}–{x['gpuHoursMax']}" if x["gpuHoursMin"] is not None else "–",
+                    x["note"] or "",
+                ]
+                for x in cb["flagged"]
+            ]
+            _md_rows(
+                out,
+                ["Job", "Team", "Segment", "Closed by", "Flags", "GPU-hours", "Range", "Why"],
+                rows,
+                max_rows,
+                "flagged segments",
+            )
     # sample
     out.append("### Sample of requests")
     out.append("")
@@ -1130,6 +1173,24 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             )
             yield _row(
                 "chargeback", "jobs", x["jobs"], team=x["team"], cost_center=x["costCenter"], unit="jobs"
+            )
+        for x in report["chargeback"]["byDay"]:
+            yield _row("chargeback", "gpu_hours_by_day", x["gpuHours"], date=x["date"], unit="GPU-hours")
+        for x in report["chargeback"]["flagged"]:
+            yield _row(
+                "chargeback",
+                "flagged_segment",
+                x["gpuHours"],
+                date=x["time"],
+                team=x["team"],
+                namespace=x["namespace"],
+                name=x["name"],
+                outcome=";".join(x["flags"]),
+                detail=(
+                    f"segment={x['segment']};event={x['event']};min={x['gpuHoursMin']};max={x['gpuHoursMax']};"
+                    f"{x['note'] or ''}"
+                ),
+                unit="GPU-hours",
             )
     else:
         yield _row(

@@ -13,15 +13,20 @@ from ._util import add_counts, at, text
 __all__ = ["Residency"]
 
 _PLACEMENT_KINDS = frozenset({"placement", "residency"})
+#: A placement whose region nobody could tell (the controller found its node gone: docs/controller.md,
+#: "Residency evidence"): unverified, never a violation.
+UNKNOWN_REGION = "(unknown)"
 
 
 def _explicit_verdict(region: str, details: Mapping[str, Any]) -> bool | None:
     """The controller's own judgement of a placement (``details.compliant``, else
     ``details.expectedRegions``): True when the pod is outside its allowed regions, False when
-    inside, None when the record says nothing."""
+    inside, None when the record says nothing (or says that it does not know)."""
     compliant = details.get("compliant")
     if type(compliant) is bool:
         return not compliant
+    if "compliant" in details:
+        return None  # the controller's "unknown"
     expected = details.get("expectedRegions")
     if isinstance(expected, list) and expected:
         return region not in {text(r) for r in expected}
@@ -68,7 +73,7 @@ class Residency:
             return
         region = evidence.get("region")
         if type(region) is not str or not region:
-            region = text(region) or "(unknown)"
+            region = text(region) or UNKNOWN_REGION
         details = evidence.get("details")
         verdict = None
         if type(details) is dict and details:
@@ -138,7 +143,7 @@ class Residency:
         for (region, team), (placed, judged, judged_outside) in sorted(self.placements.items()):
             allowed = self.allowed_regions(team)
             rest = placed - judged
-            if allowed is None:
+            if allowed is None or region == UNKNOWN_REGION:
                 unverified += rest
                 out = judged_outside
             else:
@@ -166,7 +171,12 @@ class Residency:
             allowed = self.allowed_regions(team)
             for sample in samples:
                 verdict = sample[7]
-                if verdict is True or (verdict is None and allowed is not None and region not in allowed):
+                if verdict is True or (
+                    verdict is None
+                    and allowed is not None
+                    and region not in allowed
+                    and region != UNKNOWN_REGION
+                ):
                     examples.append(sample)
         examples.sort(key=lambda e: e[0], reverse=True)
         return {
