@@ -325,14 +325,16 @@ class Sim:
             await self._deliver_job("MODIFIED", updated)
         return updated
 
-    async def admit(self, name: str) -> None:
-        """Kueue admits the job now (Trainer turns Suspended to False)."""
+    async def admit(self, name: str, *, deliver: bool = True) -> None:
+        """Kueue admits the job now (Trainer turns Suspended to False); ``deliver=False``: the
+        watch event is late (delivered by the caller, or never)."""
         await self.patch_job(
             name,
             {
                 "spec": {"suspend": False},
                 "status": {"conditions": [condition("Suspended", "False", self.now, "Resumed")]},
             },
+            deliver=deliver,
         )
 
     async def suspend(self, name: str, *, why: str = "Preempted by urgent-run") -> None:

@@ -351,6 +351,35 @@ async def test_exactly_once_while_the_controller_stays_up(sim: Sim) -> None:
     assert charged(sim) == 8 * seconds("10:01:00", "10:31:00") + 8 * seconds("10:01:30", "10:31:30")
 
 
+async def test_pods_seen_before_the_admission_that_started_them(sim: Sim) -> None:
+    """The job's and its pods' watches are not ordered, and lag behind what the controller reads:
+    the pods run before it is told that the job was admitted (its copy still says suspended), and
+    the job's events from before the admission come after. A segment that ran unseen was recorded —
+    admitted, started, and suspended at the current time — and the real admission opened another
+    one (seen in test_operator under load)."""
+    await sim.start()
+    job = await sim.create_job()
+    sim.at(t("10:00:00"))
+    stale = sim.job(job)
+    await sim.admit(job, deliver=False)
+    sim.at(t("10:01:30"))  # first seen running (a watch can skip the pending state)
+    await sim.create_pod(job, f"{job}-launcher-0-0-aaaaa", "launcher", EU, running(t("10:01:00")))
+    await sim.create_pod(job, f"{job}-node-0-0-bbbbb", "node", EU, running(t("10:01:30")))
+    sim.at(t("10:02:00"))
+    assert sim.records.events() == [("admitted", 1), ("started", 1)]
+    assert sim.records.lifecycle()[0]["at"] == "2026-11-22T10:00:00Z"
+    # the job's watch lags: an event from before the admission, then the admission itself
+    await sim._deliver_job("MODIFIED", stale)
+    await sim._deliver_job("MODIFIED", sim.job(job))
+    assert sim.records.events() == [("admitted", 1), ("started", 1)]
+    sim.at(t("10:31:30"))
+    await finish_two_pods(sim, job, "10:31:00", "10:31:30")
+    sim.at(t("10:32:00"))
+    await sim.complete(job)
+    assert sim.records.events() == [("admitted", 1), ("started", 1), ("succeeded", 1)]
+    assert charged(sim) == 8 * seconds("10:01:00", "10:31:00") + 8 * seconds("10:01:30", "10:31:30")
+
+
 # ------------------------------------------------------------------------ restarts, leader changes, outages
 
 

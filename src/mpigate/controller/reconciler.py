@@ -33,7 +33,7 @@ from mpigate.audit import AuditError
 from mpigate.config import Config
 from mpigate.config.model import Team
 
-from .accounting import Accountant, Key, chargeback_labels
+from .accounting import Accountant, JobState, Key, chargeback_labels
 from .api import ControllerApi, configmap_path, netpol_path
 from .events import EventPoster
 from .jobstate import EVIDENCE_ANNOTATION, Sealer
@@ -470,6 +470,8 @@ class Reconciler:
             if uid in self._deleted:
                 return
             state = await self.accounts.state_for(kind, job, uid, key)
+            if not deleted and not vanished:
+                job = await self._confirmed(kind, key, job, state)
             labels = chargeback_labels(self.config(), team, job)
             wrote = await self.accounts.reconcile(
                 state, job, team.name, labels, deleted=deleted, vanished=vanished
@@ -478,6 +480,27 @@ class Reconciler:
                 self._jobs[key] = state.updated
                 state.updated = None
             self.metrics.reconciles.labels("lifecycle", "recorded" if wrote else "unchanged").inc()
+
+    async def _confirmed(
+        self, kind: JobKind, key: Key, job: Mapping[str, Any], state: JobState
+    ) -> Mapping[str, Any]:
+        """The job to plan with: as the API holds it now when the copy at hand contradicts what is
+        known — it reads as suspended while a segment is open or its pods are known, or as admitted
+        after a suspension. Watches lag behind reads and are not ordered with one another: a pod's
+        event comes before its job's admission, a job's event from before its admission comes after
+        the controller read or patched the admitted job. Planned on the copy, a running segment was
+        closed as suspended and another one opened (an extra segment, its GPU-seconds repeated)."""
+        suspended = kind.suspended(job)
+        if not (suspended and (state.open or state.pods)) and not (
+            not suspended and state.history and state.history[-1].event == "suspended"
+        ):
+            return job
+        current = await self.api.get(kind.path(key[1], key[2]))
+        if current is None or _meta(current).get("uid") != state.uid:
+            return job  # gone (its DELETED event follows) or replaced
+        if key in self._jobs:
+            self._jobs[key] = current
+        return current
 
     # ------------------------------------------------------------------ jobs that went unseen
 
