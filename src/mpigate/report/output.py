@@ -671,7 +671,8 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
         cb = report["chargeback"]
         line = (
             f"{_num(cb['gpuHours'], 1)} GPU-hours used in the period (GPUs × pod run time, split by when "
-            "they were used; each job, segment and event once)"
+            "they were used; each job, segment and event once; GPUs per pod are the job's resolved demand, "
+            "not the live pod spec)"
         )
         if cb["duplicates"]["records"]:
             line += f"; {_num(cb['duplicates']['records'])} repeated record(s) counted once"
