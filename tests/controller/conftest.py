@@ -28,6 +28,13 @@ def example_job(name: str, *, uid: str = "uid-0001") -> dict[str, Any]:
     return copy.deepcopy(doc)
 
 
+def example_mpijob(name: str, *, uid: str = "uid-0001") -> dict[str, Any]:
+    """An example MPIJob of examples/mpijobs/ with a uid, as the API server would hold it."""
+    doc = yaml.safe_load((REPO / "examples" / "mpijobs" / f"{name}.yaml").read_text())
+    doc["metadata"]["uid"] = uid
+    return copy.deepcopy(doc)
+
+
 def fixture(name: str) -> Any:
     return yaml.safe_load((FIXTURES / name).read_text())
 

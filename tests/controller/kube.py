@@ -13,6 +13,7 @@ import aiohttp
 import kmock as kmock_lib
 
 TJ = "trainer.kubeflow.org/v1alpha1/trainjobs"
+MPIJ = "kubeflow.org/v2beta1/mpijobs"
 NP = "networking.k8s.io/v1/networkpolicies"
 PODS = "v1/pods"
 EVENTS = "v1/events"
@@ -28,10 +29,13 @@ NODES = {
 }
 
 
-def declare(kmock: kmock_lib.KubernetesEmulator) -> None:
-    """The API surface: what kopf discovers and watches, and what the controller reads/writes."""
+def declare(kmock: kmock_lib.KubernetesEmulator, *, mpijobs: bool = False) -> None:
+    """The API surface: what kopf discovers and watches, and what the controller reads/writes
+    (``mpijobs``: the MPI Operator is installed)."""
     rw = ["get", "list", "watch", "create", "patch", "update", "delete"]
     kmock.resources[TJ] = {"kind": "TrainJob", "namespaced": True, "verbs": rw}
+    if mpijobs:
+        kmock.resources[MPIJ] = {"kind": "MPIJob", "namespaced": True, "verbs": rw}
     kmock.resources[NP] = {"kind": "NetworkPolicy", "namespaced": True, "verbs": rw}
     kmock.resources[PODS] = {"kind": "Pod", "namespaced": True, "verbs": rw}
     kmock.resources[EVENTS] = {"kind": "Event", "namespaced": True, "verbs": rw}

@@ -22,15 +22,15 @@ from typing import Any
 
 import aiohttp
 import kmock as kmock_lib
-from tests.controller.conftest import example_job
-from tests.controller.kube import EVENTS, PODS, TJ, Api, alive
+from tests.controller.conftest import example_job, example_mpijob
+from tests.controller.kube import EVENTS, PODS, Api, alive
 
 from mpigate.admission.kube import KubeClient, KubeError
 from mpigate.audit import AuditEntry, AuditWriteError
 from mpigate.config import Config
 from mpigate.controller.api import ControllerApi
 from mpigate.controller.events import EventPoster
-from mpigate.controller.kinds import TRAINJOB
+from mpigate.controller.kinds import MPIJOB, TRAINJOB, JobKind
 from mpigate.controller.metrics import ControllerMetrics
 from mpigate.controller.reconciler import Reconciler
 from mpigate.report import ReportBuilder, ReportOptions
@@ -198,6 +198,8 @@ class Sim:
     metrics: ControllerMetrics | None = None
     ledger: bool = True
     sealed: bool = True
+    #: The kind of the jobs the timelines run (the controller looks after TrainJobs and MPIJobs).
+    kind: JobKind = TRAINJOB
     _uids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
@@ -209,6 +211,11 @@ class Sim:
 
     def clock(self) -> dt.datetime:
         return self.now
+
+    @property
+    def resource(self) -> str:
+        """kmock's name of the jobs' resource."""
+        return f"{self.kind.api_version}/{self.kind.plural}"
 
     def at(self, when: dt.datetime) -> None:
         assert when >= self.now, f"the clock goes forward only ({self.now} → {when})"
@@ -226,7 +233,7 @@ class Sim:
             metrics=self.metrics,
             events=EventPoster(api, self.metrics, identity),
             clock=self.clock,
-            kinds=(TRAINJOB,),
+            kinds=(TRAINJOB, MPIJOB),
             sealer=seal if self.sealed else None,
             ledger=LEDGER if self.ledger else None,
         )
@@ -236,14 +243,14 @@ class Sim:
         initial listing (jobs before pods, unless ``pods_first``) as kopf would deliver it."""
         self.controller = self.new_controller(identity)
         await self.controller.start()
-        jobs = self._objects(TJ)
+        jobs = self._objects(self.resource)
         pods = self._objects(PODS)
         for kind, items in (
             (("pods", pods), ("jobs", jobs)) if pods_first else (("jobs", jobs), ("pods", pods))
         ):
             for obj in items:
                 if kind == "jobs":
-                    await self.controller.on_trainjob_event(None, obj)
+                    await self.controller.on_job_event(self.kind, None, obj)
                 else:
                     await self.controller.on_pod_event(None, obj)
         return self.controller
@@ -255,7 +262,7 @@ class Sim:
         original = api.merge_patch
 
         async def failing(path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
-            if "/trainjobs/" in path:
+            if f"/{self.kind.plural}/" in path:
                 api.merge_patch = original  # type: ignore[method-assign]
                 raise KubeError(f"PATCH {path}: HTTP 503", status=503)
             return await original(path, patch)
@@ -294,7 +301,7 @@ class Sim:
 
     async def _deliver_job(self, event: str, obj: Any) -> None:
         if self.controller is not None:
-            await self.controller.on_trainjob_event(event, obj)
+            await self.controller.on_job_event(self.kind, event, obj)
 
     async def _deliver_pod(self, event: str, obj: Any) -> None:
         if self.controller is not None:
@@ -303,27 +310,42 @@ class Sim:
     async def create_job(
         self, example: str = "llm-finetune", *, name: str | None = None, suspend: bool = True
     ) -> str:
-        job = example_job(example, uid=f"job-{next(self._uids)}")
+        if self.kind is MPIJOB:
+            job = example_mpijob("mpi-allreduce" if example == "llm-finetune" else example)
+            job["metadata"]["uid"] = f"job-{next(self._uids)}"
+        else:
+            job = example_job(example, uid=f"job-{next(self._uids)}")
         if name:
             job["metadata"]["name"] = name
         job["metadata"]["creationTimestamp"] = ts(self.now)
-        if suspend:  # Kueue's webhook suspends it; Trainer reports it
-            job["spec"]["suspend"] = True
+        if suspend:  # Kueue's webhook suspends it; Trainer (the MPI Operator) reports it
+            where = job["spec"]
+            for key in self.kind.suspend_path[1:-1]:
+                where = where.setdefault(key, {})
+            where[self.kind.suspend_path[-1]] = True
             job["status"] = {"conditions": [condition("Suspended", "True", self.now, "Suspended")]}
-        created = await self.api.create(TJ, NAMESPACE, job)
+        created = await self.api.create(self.resource, NAMESPACE, job)
         await self._deliver_job("ADDED", created)
         return str(job["metadata"]["name"])
 
     def job(self, name: str) -> dict[str, Any]:
-        found = alive(self.kmock, TJ, NAMESPACE, name)
+        found = alive(self.kmock, self.resource, NAMESPACE, name)
         assert found is not None, name
         return found  # type: ignore[no-any-return]
 
     async def patch_job(self, name: str, patch: dict[str, Any], *, deliver: bool = True) -> Any:
-        updated = await self.api.patch(TJ, NAMESPACE, name, patch)
+        updated = await self.api.patch(self.resource, NAMESPACE, name, patch)
         if deliver:
             await self._deliver_job("MODIFIED", updated)
         return updated
+
+    def _suspend_spec(self, value: bool) -> dict[str, Any]:
+        """A spec (patch) with ``suspend`` where the kind keeps it (a TrainJob's spec, an MPIJob's
+        runPolicy)."""
+        spec: dict[str, Any] = {self.kind.suspend_path[-1]: value}
+        for key in reversed(self.kind.suspend_path[1:-1]):
+            spec = {key: spec}
+        return spec
 
     async def admit(self, name: str, *, deliver: bool = True) -> None:
         """Kueue admits the job now (Trainer turns Suspended to False); ``deliver=False``: the
@@ -331,7 +353,7 @@ class Sim:
         await self.patch_job(
             name,
             {
-                "spec": {"suspend": False},
+                "spec": self._suspend_spec(False),
                 "status": {"conditions": [condition("Suspended", "False", self.now, "Resumed")]},
             },
             deliver=deliver,
@@ -341,24 +363,26 @@ class Sim:
         await self.patch_job(
             name,
             {
-                "spec": {"suspend": True},
+                "spec": self._suspend_spec(True),
                 "status": {"conditions": [condition("Suspended", "True", self.now, "Suspended", why)]},
             },
         )
 
     async def complete(self, name: str, *, failed: bool = False) -> None:
         conditions = list(self.job(name).get("status", {}).get("conditions", []))
-        kind, reason = ("Failed", "BackoffLimitExceeded") if failed else ("Complete", "JobsCompleted")
+        # Trainer: JobsCompleted; mpi-operator pkg/controller/mpi_job_controller.go mpiJobSucceededReason
+        done = "JobsCompleted" if self.kind is TRAINJOB else "MPIJobSucceeded"
+        kind, reason = ("Failed", "BackoffLimitExceeded") if failed else (self.kind.complete_condition, done)
         conditions.append(condition(kind, "True", self.now, reason))
         await self.patch_job(name, {"status": {"conditions": conditions}})
 
     async def delete_job(self, name: str) -> None:
         """The job is deleted; the garbage collector deletes its pods with it."""
         last = self.job(name)
-        await self.api.delete(TJ, NAMESPACE, name)
+        await self.api.delete(self.resource, NAMESPACE, name)
         await self._deliver_job("DELETED", last)
         for pod in self._objects(PODS):
-            if pod["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name:
+            if self.kind.job_of_pod(pod["metadata"]["labels"]) == name:
                 await self.delete_pod(pod["metadata"]["name"])
 
     # ---------------------------------------------------------- pods, as JobSet and the kubelet change them
@@ -390,10 +414,7 @@ class Sim:
                 "name": name,
                 "namespace": NAMESPACE,
                 "uid": uid,
-                "labels": {
-                    "jobset.sigs.k8s.io/jobset-name": job,
-                    "jobset.sigs.k8s.io/replicatedjob-name": role,
-                },
+                "labels": {**self.kind.pod_selector(job), self.kind.role_label: role},
             },
             "spec": spec,
             "status": pod_status(container, **status),

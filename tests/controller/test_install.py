@@ -6,14 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from tests.conftest import REPO
 
+from mpigate.admission.kube import KubeError
 from mpigate.cli.controller_commands import controller_command
 from mpigate.controller import handlers
+from mpigate.controller.kinds import MPIJOB, TRAINJOB
 from mpigate.controller.leader import LeaseSettings
 from mpigate.controller.ledger import DEFAULT_LEDGER_NAME
 from mpigate.controller.reliances import DEFAULT_KUEUE_CONFIG
+from mpigate.controller.runner import served_kinds
 from mpigate.render import read_objects
 
 
@@ -84,6 +88,12 @@ def test_rbac_grants_what_the_controller_calls_and_no_deletes() -> None:
         ("", "events", "list"),  # the scheduler's Events of pods that ran while it was down
         (trainer, "trainingruntimes", "get"),
         (trainer, "clustertrainingruntimes", "get"),
+        # MPIJobs, where the MPI Operator serves them: as TrainJobs
+        ("kubeflow.org", "mpijobs", "list"),
+        ("kubeflow.org", "mpijobs", "watch"),
+        ("kubeflow.org", "mpijobs", "get"),
+        ("kubeflow.org", "mpijobs", "patch"),
+        ("kubeflow.org", "mpijobs/finalizers", "update"),
     }
     assert needed <= granted, needed - granted
     assert not {g for g in granted if g[2] in ("delete", "deletecollection", "*")}
@@ -135,6 +145,20 @@ def test_print_netpol_needs_no_cluster() -> None:
     )
     assert stray.exit_code == 1
     assert "namespace sandbox belongs to no team" in stray.output
+    # an MPIJob's: around the MPI Operator's pods of the job
+    mpi = CliRunner().invoke(
+        controller_command,
+        ["--config", str(REPO), "--print-netpol", str(REPO / "examples/mpijobs/mpi-allreduce.yaml")],
+    )
+    assert mpi.exit_code == 0, mpi.output
+    assert "name: mpigate-mpijob.mpi-allreduce" in mpi.output
+    assert "training.kubeflow.org/operator-name: mpi-operator" in mpi.output
+    assert "uid: <uid of the MPIJob>" in mpi.output
+    old = CliRunner().invoke(
+        controller_command,
+        ["--config", str(REPO), "--print-netpol", str(REPO / "examples/mpijobs/deny-mpijob-v1.yaml")],
+    )
+    assert old.exit_code == 2 and "holds no TrainJob (or kubeflow.org/v2beta1 MPIJob)" in old.output
 
 
 def test_print_netpol_reports_bad_input_with_its_location(tmp_path: Path) -> None:
@@ -153,3 +177,39 @@ def test_print_netpol_reports_bad_input_with_its_location(tmp_path: Path) -> Non
         assert result.exit_code == code, result.output
         assert text in result.output
         assert "Traceback" not in result.output
+
+
+class _Discovery:
+    """A ControllerApi whose GET answers discovery with ``answer`` (an exception is raised)."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.paths: list[str] = []
+
+    async def get(self, path: str) -> Any:
+        self.paths.append(path)
+        if isinstance(answer := self.answer, Exception):
+            raise answer
+        return answer
+
+
+async def test_mpijobs_are_looked_after_where_the_api_serves_them() -> None:
+    served = {"kind": "APIResourceList", "resources": [{"name": "mpijobs"}, {"name": "mpijobs/status"}]}
+    for answer, kinds in (
+        (served, (TRAINJOB, MPIJOB)),
+        (None, (TRAINJOB,)),  # 404: no MPI Operator
+        ({"resources": [{"name": "mpijobs/status"}]}, (TRAINJOB,)),
+        ({"resources": "odd"}, (TRAINJOB,)),
+    ):
+        api = _Discovery(answer)
+        assert await served_kinds(api) == kinds  # type: ignore[arg-type]
+        assert api.paths == ["/apis/kubeflow.org/v2beta1"]
+    # any other failure stops the start: never blind to a kind that may be there
+    with pytest.raises(KubeError):
+        await served_kinds(_Discovery(KubeError("GET: HTTP 503", status=503)))  # type: ignore[arg-type]
+    # the pod watch: one kind's pods by their labels; with both, every pod (filtered by the handler)
+    assert handlers.pod_selector((TRAINJOB,)) == "jobset.sigs.k8s.io/jobset-name"
+    assert handlers.pod_selector((MPIJOB,)) == (
+        "training.kubeflow.org/job-name,training.kubeflow.org/operator-name=mpi-operator"
+    )
+    assert handlers.pod_selector((TRAINJOB, MPIJOB)) is None

@@ -14,8 +14,8 @@ import kmock as kmock_lib
 import pytest
 import pytest_asyncio
 from tests.conftest import REPO, TODAY
-from tests.controller.conftest import example_job
-from tests.controller.kube import NP, PODS, TJ, Api, alive, declare, events, holds, wait_for
+from tests.controller.conftest import example_job, example_mpijob
+from tests.controller.kube import MPIJ, NP, PODS, TJ, Api, alive, declare, events, holds, wait_for
 
 from mpigate.admission.kube import KubeConfig
 from mpigate.audit import KeyRing, generate_key, read_chains
@@ -739,3 +739,96 @@ async def test_the_controller_reports_what_it_finds_of_kueues_configuration(
         assert running.metric(gauge, check="kueue-framework-mpijob") == 0
     finally:
         assert await running.shutdown() == 0
+
+
+async def test_mpijobs_where_the_mpi_operator_is_served(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, tmp_path: Path, key_file: Path
+) -> None:
+    """The API serves kubeflow.org/v2beta1 MPIJobs: the controller watches them as it watches
+    TrainJobs (its NetworkPolicy, lifecycle records with GPU-seconds of the resolved demand,
+    placement evidence), and the pods of both kinds (no server-side pod selector can name both)."""
+    declare(kmock, mpijobs=True)
+    running = start(options_for(kmock, tmp_path, key_file))
+    await wait_for(lambda: running.metric("mpigate_controller_leader") == 1, what="leader")
+    mpijob = example_mpijob("mpi-allreduce", uid="uid-mpi")
+    mpijob["metadata"]["creationTimestamp"] = "2026-11-22T09:00:00Z"
+    mpijob["spec"]["runPolicy"]["suspend"] = True
+    mpijob["status"] = {
+        "conditions": [condition("Suspended", "True", "2026-11-22T09:00:01Z", "MPIJobSuspended")]
+    }
+    await api.create(MPIJ, "nlp-team", mpijob)
+    await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
+    policy = await wait_for(
+        lambda: alive(kmock, NP, "nlp-team", "mpigate-mpijob.mpi-allreduce"), what="MPIJob policy"
+    )
+    selector = {
+        "training.kubeflow.org/job-name": "mpi-allreduce",
+        "training.kubeflow.org/operator-name": "mpi-operator",
+    }
+    assert policy["spec"]["podSelector"] == {"matchLabels": selector}
+    assert policy["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
+    await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"), what="TrainJob policy")
+
+    admitted = {
+        "spec": {"runPolicy": {"suspend": False}},
+        "status": {"conditions": [condition("Suspended", "False", "2026-11-22T10:00:00Z", "MPIJobResumed")]},
+    }
+    await api.patch(MPIJ, "nlp-team", "mpi-allreduce", admitted)
+
+    def mpi_pod(name: str, role: str, node: str, uid: str, finished: str | None = None) -> dict[str, Any]:
+        body = pod(name, "mpi-allreduce", role, node, uid, "2026-11-22T10:01:00Z", finished)
+        body["metadata"]["labels"] = {**selector, "training.kubeflow.org/job-role": role}
+        return body
+
+    for name, role, node, uid in (
+        ("mpi-allreduce-worker-0", "worker", "gpu-eu-1", "m-1"),
+        ("mpi-allreduce-worker-1", "worker", "gpu-us-1", "m-2"),
+        ("mpi-allreduce-launcher-abcde", "launcher", "gpu-eu-1", "m-3"),
+    ):
+        await api.create(PODS, "nlp-team", mpi_pod(name, role, node, uid))
+
+    def annotation() -> str:
+        stored = alive(kmock, MPIJ, "nlp-team", "mpi-allreduce") or {}
+        return str(stored.get("metadata", {}).get("annotations", {}).get("mpigate.io/lifecycle", ""))
+
+    await wait_for(lambda: annotation().count("@") == 2, what="admitted and started")
+    for name, role, node, uid in (
+        ("mpi-allreduce-worker-0", "worker", "gpu-eu-1", "m-1"),
+        ("mpi-allreduce-worker-1", "worker", "gpu-us-1", "m-2"),
+        ("mpi-allreduce-launcher-abcde", "launcher", "gpu-eu-1", "m-3"),
+    ):
+        finished = mpi_pod(name, role, node, uid, "2026-11-22T10:31:00Z")
+        await api.patch(PODS, "nlp-team", name, {"status": finished["status"]})
+    done = [
+        condition("Suspended", "False", "2026-11-22T10:00:00Z", "MPIJobResumed"),
+        condition("Succeeded", "True", "2026-11-22T10:32:00Z", "MPIJobSucceeded"),
+    ]
+    await api.patch(MPIJ, "nlp-team", "mpi-allreduce", {"status": {"conditions": done}})
+    await wait_for(lambda: "succeeded@2026-11-22T10:32:00Z" in annotation(), what="succeeded")
+    await wait_for(
+        lambda: running.metric("mpigate_controller_evidence_records_total", compliant="false") == 1,
+        what="the worker in us",
+    )
+    assert await running.shutdown() == 0
+
+    reading = read_chains([running.options.audit_dir], keys=KeyRing.load([key_file]))
+    records = [entry.record for entry in reading]
+    lifecycle = [r for r in records if r["stage"] == "lifecycle" and r["object"]["kind"] == "MPIJob"]
+    assert [r["lifecycle"]["event"] for r in lifecycle] == ["admitted", "started", "succeeded"]
+    succeeded = lifecycle[2]["lifecycle"]
+    # 2 workers × 4 GPUs × 30 min; the launcher has none
+    assert (succeeded["gpus"], succeeded["gpuSeconds"], succeeded["reason"]) == (
+        8,
+        2 * 4 * 1800.0,
+        "MPIJobSucceeded",
+    )
+    placed = sorted(
+        (r["evidence"]["pod"], r["evidence"]["region"], r["evidence"]["details"]["compliant"])
+        for r in records
+        if r["stage"] == "evidence" and r["object"]["kind"] == "MPIJob"
+    )
+    assert placed == [
+        ("mpi-allreduce-launcher-abcde", "eu", True),
+        ("mpi-allreduce-worker-0", "eu", True),
+        ("mpi-allreduce-worker-1", "us", False),
+    ]

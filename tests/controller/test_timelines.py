@@ -36,7 +36,7 @@ EU_LABELS = {"topology.kubernetes.io/region": "eu-west-1", "nvidia.com/gpu.produ
 
 @pytest_asyncio.fixture
 async def sim(kmock: kmock_lib.KubernetesEmulator, org: Config) -> AsyncIterator[Sim]:
-    declare(kmock)
+    declare(kmock, mpijobs=True)
     async with aiohttp.ClientSession(base_url=str(kmock.url)) as session:
         client = KubeClient(KubeConfig(server=str(kmock.url).rstrip("/")))
         try:

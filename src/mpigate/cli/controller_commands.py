@@ -11,6 +11,7 @@ import click
 from mpigate.admission.kube import KubeConfigError
 from mpigate.audit import AuditError
 from mpigate.config import ConfigError, load
+from mpigate.controller.kinds import TRAINJOB, kind_of
 from mpigate.controller.leader import LeaseSettings
 from mpigate.controller.ledger import DEFAULT_LEDGER_NAME
 from mpigate.controller.netpol import build_network_policy
@@ -23,7 +24,7 @@ from .serve_commands import Duration, _configure_logging, _kube_config
 
 __all__ = ["controller_command"]
 
-_PLACEHOLDER_UID = "<uid of the TrainJob>"
+_PLACEHOLDER_UID = "<uid of the {kind}>"
 
 
 @click.command("controller")
@@ -40,8 +41,8 @@ _PLACEHOLDER_UID = "<uid of the TrainJob>"
     "--namespace-label",
     default="mpigate.io/team",
     show_default=True,
-    help="Manage only TrainJobs in team namespaces carrying this label (as the webhooks select them); "
-    "'' manages every namespace the config assigns to a team.",
+    help="Manage only TrainJobs and MPIJobs in team namespaces carrying this label (as the webhooks "
+    "select them); '' manages every namespace the config assigns to a team.",
 )
 @click.option("--metrics-port", default=8080, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
@@ -86,7 +87,8 @@ _PLACEHOLDER_UID = "<uid of the TrainJob>"
     "--print-netpol",
     "print_netpol",
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    help="Only print the NetworkPolicy the controller would create for this TrainJob file, and exit.",
+    help="Only print the NetworkPolicy the controller would create for this TrainJob (or MPIJob) file, "
+    "and exit.",
 )
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 def controller_command(
@@ -109,9 +111,10 @@ def controller_command(
     print_netpol: Path | None,
     output: str,
 ) -> None:
-    """Run the controller: for every TrainJob in a team namespace, a NetworkPolicy owned by the job
-    (repaired when edited or deleted), lifecycle records with GPU-seconds and placement evidence in
-    the audit trail, and Events on the TrainJob. Metrics on :PORT/metrics.
+    """Run the controller: for every TrainJob (and MPIJob, where the MPI Operator serves them) in a
+    team namespace, a NetworkPolicy owned by the job (repaired when edited or deleted), lifecycle
+    records with GPU-seconds and placement evidence in the audit trail, and Events on the job.
+    Metrics on :PORT/metrics.
 
     Replicas elect a leader through a Lease; only the leader acts. Exit codes: 0 stopped, 1 the
     Lease was lost (restart as a standby), 2 usage or config error.
@@ -173,17 +176,25 @@ def _print_netpol(config_path: Path, trainjob_file: Path, output: str) -> None:
     if problems:
         echo_problems(problems)
         sys.exit(2)
-    jobs = [d.data for d in documents if isinstance(d.data, dict) and d.data.get("kind") == "TrainJob"]
-    trainjob = jobs[0] if jobs else {}
+    jobs = [
+        (d.data, kind)
+        for d in documents
+        if isinstance(d.data, dict)
+        and (kind := kind_of(d.data)) is not None
+        and d.data.get("apiVersion") == kind.api_version  # not an old kubeflow.org/v1 MPIJob
+    ]
+    trainjob, kind = jobs[0] if jobs else ({}, TRAINJOB)
     meta = trainjob.setdefault("metadata", {})
     if not jobs or not isinstance(meta, dict):
-        raise click.BadParameter(f"{trainjob_file} holds no TrainJob", param_hint="--print-netpol")
-    meta.setdefault("uid", _PLACEHOLDER_UID)  # assigned by the API server at creation
-    policy = build_network_policy(config, trainjob)
+        raise click.BadParameter(
+            f"{trainjob_file} holds no TrainJob (or kubeflow.org/v2beta1 MPIJob)", param_hint="--print-netpol"
+        )
+    meta.setdefault("uid", _PLACEHOLDER_UID.format(kind=kind.kind))  # assigned by the API server
+    policy = build_network_policy(config, trainjob, kind=kind)
     if policy is None:
         click.secho(
             f"namespace {meta.get('namespace') or '(none)'} belongs to no team: the controller creates no "
-            "NetworkPolicy for this TrainJob",
+            f"NetworkPolicy for this {kind.kind}",
             fg="yellow",
             err=True,
         )

@@ -35,7 +35,7 @@ from mpigate.config.model import Team
 from mpigate.policy.demand import gpu_resources
 
 from .api import ControllerApi, configmap_path, event_path, pod_path, runtime_path
-from .demand import JobGpus, job_gpus, pod_gpus, runtime_ref
+from .demand import JobGpus, job_gpus, mpijob_gpus, pod_gpus, runtime_ref
 from .events import EventPoster
 from .jobstate import (
     EVIDENCE_ANNOTATION,
@@ -48,7 +48,7 @@ from .jobstate import (
     encode_pods,
     seal_payload,
 )
-from .kinds import TRAINJOB, JobKind
+from .kinds import MPIJOB, TRAINJOB, JobKind
 from .ledger import LedgerEntry, decode, encode
 from .lifecycle import (
     CLOSING_EVENTS,
@@ -270,6 +270,9 @@ class Accountant:
         if state.gpus is not None:
             return state.gpus
         config = self._config()
+        if state.kind is MPIJOB:
+            state.gpus = mpijob_gpus(config, job)
+            return state.gpus
         runtime: Mapping[str, Any] | None = None
         if state.kind is TRAINJOB:
             kind, name = runtime_ref(job)

@@ -1,8 +1,10 @@
-"""GPUs of a TrainJob and of each of its pods, from the engine's TrainJob resolution.
+"""GPUs of a job and of each of its pods, from the engine's resolution of the job.
 
-The demand is computed exactly as at admission (:func:`mpigate.trainjob.resolve` on the job's
-runtime, then :func:`mpigate.policy.demand.build_demand`), so chargeback counts the GPUs that quota
-and admission counted. A pod is matched to its replicated job by JobSet's label; when the runtime
+The demand is computed exactly as at admission (:func:`mpigate.trainjob.resolve` on a TrainJob's
+runtime, :func:`mpigate.trainjob.mpijob.resolve_mpijob` for an MPIJob, then
+:func:`mpigate.policy.demand.build_demand`), so chargeback counts the GPUs that quota and admission
+counted. A pod is matched to its replicated job by JobSet's label (an MPIJob's by the operator's
+job-role label, ``launcher``/``worker``: the names of its effective jobs); when a TrainJob's runtime
 is unknown (an external runtime not readable from the cluster), the pod's own GPU requests count.
 """
 
@@ -16,11 +18,10 @@ from typing import Any
 from mpigate.config import Config
 from mpigate.policy.decision import Demand
 from mpigate.policy.demand import build_demand, gpu_resources, is_gpu
-from mpigate.trainjob import container_resources, resolve
+from mpigate.trainjob import Resolution, container_resources, resolve
+from mpigate.trainjob.mpijob import resolve_mpijob
 
-from .lifecycle import REPLICATED_JOB_LABEL
-
-__all__ = ["JobGpus", "job_gpus", "pod_gpus", "runtime_ref"]
+__all__ = ["JobGpus", "job_gpus", "mpijob_gpus", "pod_gpus", "runtime_ref"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,14 +31,6 @@ class JobGpus:
     total: int | None
     per_pod: Mapping[str, int]
     demand: Demand | None = None
-
-    def of_pod(self, pod: Mapping[str, Any], known: frozenset[str]) -> int:
-        """GPUs of one pod: from the demand of its replicated job, else from its own spec."""
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        replicated = labels.get(REPLICATED_JOB_LABEL) if isinstance(labels, Mapping) else None
-        if isinstance(replicated, str) and replicated in self.per_pod:
-            return self.per_pod[replicated]
-        return pod_gpus(pod, known)
 
 
 def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str]:
@@ -62,8 +55,19 @@ def job_gpus(
         runtime = found.manifest if found is not None else None
     if runtime is None:
         return JobGpus(None, {})
+    return _gpus(config, resolve(trainjob, runtime), namespace)
+
+
+def mpijob_gpus(config: Config, mpijob: Mapping[str, Any]) -> JobGpus:
+    """An MPIJob's GPUs: its Launcher's and Workers' pods as the MPI Operator builds them (per pod of
+    the ``launcher`` and ``worker`` roles)."""
+    raw_namespace = (mpijob.get("metadata") or {}).get("namespace")
+    return _gpus(config, resolve_mpijob(mpijob), raw_namespace if isinstance(raw_namespace, str) else None)
+
+
+def _gpus(config: Config, resolution: Resolution, namespace: str | None) -> JobGpus:
     team = config.team_for_namespace(namespace) if namespace is not None else None
-    demand = build_demand(resolve(trainjob, runtime), gpu_resources(config), team.region if team else None)
+    demand = build_demand(resolution, gpu_resources(config), team.region if team else None)
     per_pod = {j.name: sum(j.gpus_per_pod.values()) for j in demand.jobs}
     return JobGpus(demand.total_gpus, per_pod, demand)
 

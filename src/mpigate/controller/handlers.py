@@ -1,35 +1,50 @@
 """The kopf side: settings and the handler registry (thin adapters onto the :class:`Reconciler`).
 
-- TrainJobs: ``on.resume``/``on.create``/``on.update`` (labels — the data classification may
-  change the profile) ensure the NetworkPolicy, with kopf's retries and backoff on API errors;
-  ``on.event`` (every watch event, deletions included) drives lifecycle records and evidence.
-- Pods with JobSet's label: ``on.event`` feeds the running times and placements.
+- Jobs of each kind the cluster serves (TrainJobs; MPIJobs where the MPI Operator's
+  ``kubeflow.org/v2beta1`` is served: :mod:`.kinds`): ``on.resume``/``on.create``/``on.update``
+  (labels — the data classification may change the profile) ensure the NetworkPolicy, with kopf's
+  retries and backoff on API errors; ``on.event`` (every watch event, deletions included) drives
+  lifecycle records and evidence.
+- Pods of those jobs (JobSet's label; the MPI Operator's): ``on.event`` feeds the running times and
+  placements. With one kind the watch asks the API server for that kind's pods only; with both, a
+  label selector cannot ask for either of two labels, so every pod is watched and the handler takes
+  the jobs' pods only (docs/controller.md, "Limits").
 - NetworkPolicies labelled ``app.kubernetes.io/managed-by: mpigate``: ``on.event`` repairs an
   edited or deleted policy at once.
 
 No finalizers: there are no deletion handlers, timers or daemons (kopf adds a finalizer for
 each of those); periodic resync runs outside kopf. kopf keeps its progress and diff-base in
-``mpigate.io/...`` annotations, never in the TrainJob's status (owned by Trainer).
+``mpigate.io/...`` annotations, never in the job's status (owned by Trainer or the MPI Operator).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import kopf
 
 from mpigate.admission.kube import KubeError
 
-from .netpol import JOBSET_NAME_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from .kinds import MPIJOB, TRAINJOB, JobKind
+from .netpol import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from .reconciler import NoConfigError, Reconciler
 
-__all__ = ["NETWORK_POLICIES", "PODS", "TRAINJOBS", "build_registry", "build_settings"]
+__all__ = [
+    "MPIJOBS",
+    "NETWORK_POLICIES",
+    "PODS",
+    "TRAINJOBS",
+    "build_registry",
+    "build_settings",
+    "pod_selector",
+]
 
 log = logging.getLogger(__name__)
 
-TRAINJOBS: Final = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+TRAINJOBS: Final = TRAINJOB.resource
+MPIJOBS: Final = MPIJOB.resource
 PODS: Final = ("", "v1", "pods")
 NETWORK_POLICIES: Final = ("networking.k8s.io", "v1", "networkpolicies")
 ANNOTATION_PREFIX: Final = "mpigate.io"
@@ -37,7 +52,19 @@ ANNOTATION_PREFIX: Final = "mpigate.io"
 RETRY_DELAYS: Final = (1.0, 5.0, 15.0, 60.0)
 
 
-def build_settings(*, watch_timeout: float = 300.0) -> kopf.OperatorSettings:
+def pod_selector(kinds: Iterable[JobKind]) -> str | None:
+    """The label selector of the pod watch: the pods of one kind's jobs, or None (every pod) when
+    the kinds' pods carry different labels (a selector's terms are all required)."""
+    selectors = {
+        ",".join([kind.name_label, *(f"{k}={v}" for k, v in sorted(kind.pod_labels.items()))])
+        for kind in kinds
+    }
+    return selectors.pop() if len(selectors) == 1 else None
+
+
+def build_settings(
+    *, watch_timeout: float = 300.0, kinds: Iterable[JobKind] = (TRAINJOB,)
+) -> kopf.OperatorSettings:
     """kopf settings: mpigate's annotation prefix, server-side label selectors, no kopf Events."""
     settings = kopf.OperatorSettings()
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
@@ -53,7 +80,9 @@ def build_settings(*, watch_timeout: float = 300.0) -> kopf.OperatorSettings:
     settings.watching.client_timeout = watch_timeout + 30
     settings.watching.connect_timeout = 10
     # Watch only what matters; the handlers filter the same way (client-side) as well.
-    settings.watching.label_selectors[PODS[0], PODS[2]] = JOBSET_NAME_LABEL
+    pods = pod_selector(kinds)
+    if pods is not None:
+        settings.watching.label_selectors[PODS[0], PODS[2]] = pods
     settings.watching.label_selectors[NETWORK_POLICIES[0], NETWORK_POLICIES[2]] = (
         f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
     )
@@ -75,23 +104,14 @@ def build_registry(
     if login is not None:
         kopf.on.login(registry=registry)(login)
 
-    @kopf.on.resume(*TRAINJOBS, registry=registry, id="network-policy")
-    @kopf.on.create(*TRAINJOBS, registry=registry, id="network-policy")
-    @kopf.on.update(*TRAINJOBS, field="metadata.labels", registry=registry, id="network-policy")
-    async def network_policy(body: kopf.Body, retry: int, **_: Any) -> None:
-        # Returns nothing: kopf would store a result in the TrainJob's status, which is Trainer's.
-        try:
-            await reconciler.ensure_network_policy(body)
-        except KubeError as exc:
-            raise kopf.TemporaryError(f"NetworkPolicy: {exc}", delay=_delay(retry)) from exc
-        except NoConfigError as exc:
-            raise kopf.TemporaryError(str(exc), delay=_delay(retry)) from exc
+    for kind in reconciler.kinds.values():
+        _register_kind(registry, reconciler, kind)
+    kinds = tuple(reconciler.kinds.values())
 
-    @kopf.on.event(*TRAINJOBS, registry=registry)
-    async def trainjob_event(event: kopf.RawEvent, **_: Any) -> None:
-        await reconciler.on_trainjob_event(event.get("type"), event["object"])
+    def a_jobs_pod(labels: Mapping[str, Any], **_: Any) -> bool:
+        return any(kind.job_of_pod(labels) is not None for kind in kinds)
 
-    @kopf.on.event(*PODS, labels={JOBSET_NAME_LABEL: kopf.PRESENT}, registry=registry)
+    @kopf.on.event(*PODS, when=a_jobs_pod, registry=registry)
     async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
         await reconciler.on_pod_event(event.get("type"), event["object"])
 
@@ -100,3 +120,23 @@ def build_registry(
         await reconciler.on_policy_event(event.get("type"), event["object"])
 
     return registry
+
+
+def _register_kind(registry: kopf.OperatorRegistry, reconciler: Reconciler, kind: JobKind) -> None:
+    """The handlers of one job kind: its NetworkPolicy, and every watch event of its jobs."""
+
+    @kopf.on.resume(*kind.resource, registry=registry, id="network-policy")
+    @kopf.on.create(*kind.resource, registry=registry, id="network-policy")
+    @kopf.on.update(*kind.resource, field="metadata.labels", registry=registry, id="network-policy")
+    async def network_policy(body: kopf.Body, retry: int, **_: Any) -> None:
+        # Returns nothing: kopf would store a result in the job's status, which is its operator's.
+        try:
+            await reconciler.ensure_network_policy(body, kind=kind)
+        except KubeError as exc:
+            raise kopf.TemporaryError(f"NetworkPolicy: {exc}", delay=_delay(retry)) from exc
+        except NoConfigError as exc:
+            raise kopf.TemporaryError(str(exc), delay=_delay(retry)) from exc
+
+    @kopf.on.event(*kind.resource, registry=registry)
+    async def job_event(event: kopf.RawEvent, **_: Any) -> None:
+        await reconciler.on_job_event(kind, event.get("type"), event["object"])

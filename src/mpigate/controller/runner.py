@@ -18,7 +18,7 @@ import signal
 import socket
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from .api import ControllerApi
 from .events import EventPoster
 from .handlers import build_registry, build_settings
 from .jobstate import Sealer
-from .kinds import TRAINJOB
+from .kinds import MPIJOB, TRAINJOB, JobKind
 from .leader import LeaseElector, LeaseSettings
 from .ledger import DEFAULT_LEDGER_NAME
 from .metrics import ControllerMetrics
@@ -246,6 +246,24 @@ async def run_controller(
         await client.close()
 
 
+async def served_kinds(api: ControllerApi) -> tuple[JobKind, ...]:
+    """The job kinds the controller looks after: TrainJobs, and MPIJobs when the API server serves
+    the MPI Operator's ``kubeflow.org/v2beta1`` (read once at start: installing the operator later
+    takes a restart of the controller). A discovery that fails otherwise than "not found" raises:
+    the controller must not run blind to a kind that may be there."""
+    kinds = [TRAINJOB]
+    found = await api.get(f"/apis/{MPIJOB.api_version}")
+    resources = found.get("resources") if found is not None else None
+    if isinstance(resources, list) and any(
+        isinstance(r, Mapping) and r.get("name") == MPIJOB.plural for r in resources
+    ):
+        kinds.append(MPIJOB)
+        log.info("%s is served: looking after MPIJobs too", MPIJOB.api_version)
+    else:
+        log.info("%s MPIJobs are not served (no MPI Operator): TrainJobs only", MPIJOB.api_version)
+    return tuple(kinds)
+
+
 class _KopfThread(threading.Thread):
     """kopf and the reconciler in a thread with its own event loop.
 
@@ -303,7 +321,7 @@ class _KopfThread(threading.Thread):
             events=EventPoster(api, metrics, options.identity),
             namespace_label=options.namespace_label,
             clock=lambda: dt.datetime.now(dt.UTC),
-            kinds=(TRAINJOB,),
+            kinds=await served_kinds(api),
             sealer=self.sealer,
             ledger=ledger,
         )
@@ -318,7 +336,7 @@ class _KopfThread(threading.Thread):
 
         async def resync() -> None:
             jobs, failures = await reconciler.resync()
-            log.info("resync: %d TrainJobs, %d failures", jobs, failures)
+            log.info("resync: %d jobs, %d failures", jobs, failures)
             if options.kueue_config:
                 await reconciler.check_kueue(options.kueue_config)
 
@@ -347,7 +365,9 @@ class _KopfThread(threading.Thread):
         try:
             await kopf.operator(
                 registry=build_registry(reconciler, login=lambda **_: connection_info(options.kube)),
-                settings=build_settings(watch_timeout=options.watch_timeout),
+                settings=build_settings(
+                    watch_timeout=options.watch_timeout, kinds=tuple(reconciler.kinds.values())
+                ),
                 clusterwide=True,
                 standalone=True,  # no kopf peering: the Lease decides who runs
                 stop_flag=self.stop_flag,
