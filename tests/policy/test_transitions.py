@@ -5,6 +5,13 @@ admitted UPDATEs (a tenant's, interleaved with Kueue's suspend/admit updates) en
 object that a CREATE of the same object would deny, or would store differently. Whatever an UPDATE
 can reach, a CREATE could have reached too — so every CREATE-time guarantee holds for every stored
 TrainJob.
+
+That property alone cannot see grandfathering (an admitted start has no finding to grandfather),
+so a second one starts from every example, also those today's policy denies: no admitted UPDATE
+adds a denial a CREATE of the start did not have. Run against grandfathering by rule and path
+alone (the engine before issue 16), its random search found a counterexample with each of seeds 1-7
+(another foreign image at the same path, more nodes over the same quota, a longer deadline); the
+explicit examples keep those three.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mpigate.config import Config
@@ -215,6 +222,54 @@ def test_no_sequence_of_admitted_updates_reaches_what_create_denies(
     final = decide(ORG, stored, user=tenant)
     assert final.allowed, f"after {trail}: {final.message}"
     assert not _outside_own_entry(final, stored), f"after {trail}: CREATE would change {final.patch}"
+
+
+def _stored_anyhow() -> list[tuple[str, dict[str, Any], str]]:
+    """(example, stored object, its creator) for every example TrainJob, admitted or not: a stored
+    object may carry what the policy denies today (the policy tightened since its CREATE, a quota
+    lowered, a rule once in ``warn``). mpigate's CREATE patch is applied where CREATE makes one."""
+    out = []
+    for path in sorted((EXAMPLES / "trainjobs").glob("*.yaml")):
+        obj = read(path)
+        decisions = [(user, decide(ORG, obj, user=user)) for user in TENANTS]
+        user, decision = next(((u, d) for u, d in decisions if d.allowed), decisions[0])
+        out.append((path.stem, apply_patch(obj, decision.patch) if decision.patch else obj, user))
+    return out
+
+
+STORED = _stored_anyhow()
+
+
+def _denials(obj: Mapping[str, Any], user: str) -> set[tuple[str, str, str]]:
+    return {(v.rule, v.path, v.message) for v in decide(ORG, obj, user=user).denying}
+
+
+def _start(name: str) -> tuple[str, dict[str, Any], str]:
+    return next(s for s in STORED if s[0] == name)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(STORED), st.lists(operations, min_size=1, max_size=6))
+@example(_start("deny-foreign-registry"), [("image", "docker.io/evil/miner:1")])
+@example(_start("deny-too-many-nodes"), [("num-nodes", 8)])
+@example(_start("deny-lifecycle"), [("deadline", 10**7)])
+def test_no_admitted_update_adds_what_create_denies(
+    start: tuple[str, dict[str, Any], str], ops: list[tuple[Any, ...]]
+) -> None:
+    """Grandfathering as a property: from any stored object — also one today's policy denies (the
+    policy tightened since its CREATE, a quota lowered) — no admitted UPDATE reaches an object whose
+    CREATE is denied for anything (rule, path, message) the starting object's CREATE was not."""
+    _, stored, tenant = start
+    before = _denials(stored, tenant)
+    trail: list[str] = []
+    for op in ops:
+        new, by_kueue = _apply(stored, op)
+        decision = decide(ORG, new, operation="UPDATE", old=stored, user=KUEUE if by_kueue else tenant)
+        if decision.allowed:
+            stored = new
+            trail.append(repr(op))
+            added = _denials(stored, tenant) - before
+            assert not added, f"after {trail}: CREATE now also denies {sorted(added)}"
 
 
 def test_the_examples_give_the_property_something_to_chew_on() -> None:
