@@ -305,3 +305,30 @@ def test_item_5_resume_and_patch_in_one_request_is_judged_whole(client: ReviewCl
     switched["spec"]["runtimeRef"] = {"name": "mpi-openmpi-gpu"}
     result = update(client, switched, data)
     assert not result.allowed and "[MPG-RT-001]" in result.message, result.message
+
+
+def test_update_grandfathers_only_the_identical_finding(client: ReviewClient) -> None:
+    """A job admitted under cv-team's legacy-image exception (omar, mlops-engineer) keeps its vendor
+    image through Kueue's updates; a data scientist of the team who swaps in another unapproved image
+    at the same path is denied (grandfathering by rule and path admitted that). Likewise a credential
+    a stored object already had is not a licence for another one of the same length."""
+    omar = UserInfo("omar@acme.example", ("system:authenticated",))
+    sam = UserInfo("sam@acme.example", ("cv-team-scientists", "system:authenticated"))
+    stored = created(client, example("legacy-vendor-image"), omar)
+    suspended = copy.deepcopy(stored)
+    suspended["spec"]["suspend"] = True
+    assert update(client, suspended, stored, KUEUE).allowed
+    swapped = copy.deepcopy(suspended)
+    swapped["spec"]["trainer"]["image"] = "docker.io/evil/miner:1"
+    denied_by(update(client, swapped, suspended, sam), "MPG-IMG-001", "docker.io/evil/miner:1")
+    # a stored object that predates the credential rule
+    old = created(client, example("minimal"))
+    old["spec"]["trainer"]["env"] = [{"name": "HF_TOKEN", "value": "hf_" + "a" * 34}]
+    resumed = copy.deepcopy(old)
+    resumed["spec"]["suspend"] = True
+    assert update(client, resumed, old, KUEUE).allowed
+    token = copy.deepcopy(old)
+    token["spec"]["trainer"]["env"] = [{"name": "HF_TOKEN", "value": "hf_" + "b" * 34}]
+    result = update(client, token, old)
+    denied_by(result, "MPG-SEC-SECRETS", "HF_TOKEN")
+    assert "hf_" + "b" * 34 not in result.message
