@@ -42,6 +42,29 @@ def test_a_name_glob_without_requesters_is_refused(org: Path) -> None:
     assert codes(org) == [(EXCEPTION.as_posix(), "spec.match.requestedBy.personas[0]", "ref.persona")]
 
 
+@pytest.mark.parametrize(
+    ("requesters", "path"),
+    [
+        ("{groups: [system:authenticated]}", "spec.match.requestedBy.groups[0]"),
+        ("{groups: [system:serviceaccounts]}", "spec.match.requestedBy.groups[0]"),
+        ("{users: [system:anonymous]}", "spec.match.requestedBy.users[0]"),
+    ],
+)
+def test_a_requester_beyond_the_team_is_refused(org: Path, requesters: str, path: str) -> None:
+    """``requestedBy: {groups: [system:authenticated]}`` would make a name glob decide again (every
+    caller is in it): refused like such a TeamAccess member."""
+    file = org / EXCEPTION
+    text = file.read_text(encoding="utf-8")
+    file.write_text(text.replace(REQUESTERS, f"    requestedBy: {requesters}\n"), encoding="utf-8")
+    assert codes(org) == [(EXCEPTION.as_posix(), path, "exception.requester-broad")]
+    ok = (
+        "    requestedBy: {groups: [system:serviceaccounts:cv-team],"
+        " users: [system:serviceaccount:cv-team:cv-pipeline]}\n"
+    )
+    file.write_text(text.replace(REQUESTERS, ok), encoding="utf-8")
+    assert codes(org) == []
+
+
 def test_the_engine_applies_a_tenant_chosen_match_to_nothing() -> None:
     """Even where no ``check`` ran (a bundle built by hand), the engine does not let a name decide."""
     from tests.policy.helpers import decide, example_org, read

@@ -116,7 +116,7 @@ def _held(rule: Mapping[str, Any], forbidden: Mapping[str, Any]) -> str | None:
     return f"{', '.join(verbs)} on {', '.join(resources)}"
 
 
-def _broad_subject(kind: str, name: str, namespaces: set[str]) -> str | None:
+def broad_subject(kind: str, name: str, namespaces: set[str]) -> str | None:
     """Why a TeamAccess subject reaches beyond the team, or None. Kubernetes reserves the
     ``system:`` prefix: its groups hold every authenticated or anonymous caller, every service
     account of the cluster or of a namespace; its users are anonymous callers and components."""
@@ -157,7 +157,7 @@ def check_access(c: Collector, tree: Tree, access: list[Entry]) -> None:
             )
             for kind in ("users", "groups"):
                 for i, name in enumerate(members[kind]):
-                    why = _broad_subject(kind, name, namespaces)
+                    why = broad_subject(kind, name, namespaces)
                     if why is not None:
                         c.error(
                             entry,

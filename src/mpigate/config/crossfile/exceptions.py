@@ -17,6 +17,7 @@ from typing import Any
 from mpigate.catalogue import expand_rule_pattern, rule_ids
 from mpigate.config.units import parse_duration
 
+from .access import broad_subject
 from .base import Collector, Entry, Tree, check_unique, did_you_mean, name_of, team_of
 
 __all__ = ["check_exceptions", "team_members"]
@@ -134,7 +135,20 @@ def _check_requesters(c: Collector, tree: Tree, entry: Entry, spec: Mapping[str,
             "exception.tenant-chosen",
             "add match.requestedBy (users, groups or personas of the team) to say who may benefit",
         )
-    for i, persona in enumerate((match.get("requestedBy") or {}).get("personas") or ()):
+    requested = match.get("requestedBy") or {}
+    namespaces = tree.team_namespaces.get(spec["team"], set())
+    for kind in ("users", "groups"):
+        for i, name in enumerate(requested.get(kind) or ()):
+            why = broad_subject(kind, name, namespaces)
+            if why is not None:
+                c.error(
+                    entry,
+                    ["spec", "match", "requestedBy", kind, i],
+                    f"{name!r} is {why}; requestedBy says who may benefit, so it names the team's own people",
+                    "exception.requester-broad",
+                    "name the users, groups or personas of the team who may benefit",
+                )
+    for i, persona in enumerate(requested.get("personas") or ()):
         c.ref(
             entry,
             ["spec", "match", "requestedBy", "personas", i],
