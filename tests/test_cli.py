@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from codeowners import CodeOwners
 
 from mpigate.cli import cli
 from mpigate.config import KINDS, check_tree
@@ -268,3 +269,43 @@ def test_version_and_module_entry() -> None:
     )
     assert done.returncode == 0
     assert done.stdout.startswith("mpigate, version ")
+
+
+def test_scaffolded_codeowners_gives_every_path_an_owner(runner: CliRunner, tmp_path: Path) -> None:
+    """Issue 18: a catch-all owner, CODEOWNERS owned by security, each folder by its concern and a
+    team's own files also by the team's admins (matched as GitHub does, last line wins)."""
+    target = tmp_path / "org"
+    assert runner.invoke(cli, ["init", str(target), "--org", "acme", "--team", "nlp"]).exit_code == 0
+    added = runner.invoke(cli, ["init", str(target), "--team", "speech", "--namespace", "speech-prod"])
+    assert added.exit_code == 0, added.output
+    owners = CodeOwners((target / "CODEOWNERS").read_text(encoding="utf-8"))
+
+    def of(path: str) -> list[str]:
+        return [name for _, name in owners.of(path)]
+
+    assert of("CODEOWNERS") == ["@acme/security"]
+    assert of("anything/new/file.yaml") == ["@acme/platform"]
+    assert of(".mpigateignore") == ["@acme/security"]
+    assert of("policies/exceptions/x.yaml") == ["@acme/security"]
+    assert of("rbac/personas.yaml") == ["@acme/security"]
+    assert of("quotas/flavors.yaml") == ["@acme/capacity"]
+    assert of("quotas/nlp.yaml") == ["@acme/capacity", "@acme/nlp-admins"]
+    assert of("rbac/speech.yaml") == ["@acme/security", "@acme/speech-admins"]
+    assert of("networkpolicies/speech.yaml") == ["@acme/network", "@acme/speech-admins"]
+    assert of("quotas/speech-extra.yaml") == ["@acme/capacity"]
+    for file in check_tree(target).files:
+        assert of(file), f"{file} has no owner"
+
+
+def test_init_refuses_a_team_the_org_does_not_allow_and_writes_nothing(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    target = tmp_path / "org"
+    assert runner.invoke(cli, ["init", str(target)]).exit_code == 0
+    before = {p.relative_to(target).as_posix(): p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    result = runner.invoke(cli, ["init", str(target), "--team", "speech", "--namespace", "argocd"])
+    assert result.exit_code == 1
+    assert "the org does not allow team 'speech' as asked; nothing was written" in result.output
+    assert "quotas/speech.yaml:7:16: spec.namespaces[0]: namespace 'argocd' is reserved" in result.output
+    after = {p.relative_to(target).as_posix(): p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    assert after == before

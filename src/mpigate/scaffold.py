@@ -83,6 +83,7 @@ def init_tree(
     flavor = f"a100-{region}"
     context = {
         "org": org,
+        "team": team,
         "region": region,
         "region_label": region_label,
         "flavor": flavor,
@@ -198,10 +199,51 @@ def add_team(
         "team/trainjob.yaml.j2": directory / "examples" / "trainjobs" / f"hello-{team}.yaml",
         "team/policytest.yaml.j2": directory / "policies" / "tests" / f"{team}.yaml",
     }
+    previous = {path: path.read_bytes() for path in targets.values() if path.is_file()}
     written = [
         _write(path, env.get_template(name).render(**context), force) for name, path in targets.items()
     ]
+    if _fresh:
+        return Written(tuple(written))
+    codeowners = directory / "CODEOWNERS"
+    owners_before = codeowners.read_bytes() if codeowners.is_file() else None
+    if owners_before is not None:
+        lines = _codeowners_team_lines(env, owners_before.decode("utf-8", "replace"), team)
+        if lines:
+            codeowners.write_bytes(owners_before.rstrip(b"\n") + b"\n" + lines.encode("utf-8"))
+            written.append(codeowners)
+    # The org bounds what a team may say (namespaces, quota limits, ...): a team the tree would
+    # refuse is not written at all.
+    problems = [p for p in check_tree(directory).errors if p.location.file in _relative(directory, written)]
+    if problems:
+        for path in written:
+            if path == codeowners and owners_before is not None:
+                path.write_bytes(owners_before)
+            elif path in previous:
+                path.write_bytes(previous[path])
+            else:
+                path.unlink()
+        raise ScaffoldError(
+            f"the org does not allow team {team!r} as asked; nothing was written:\n"
+            + "\n".join(f"  {p}" for p in problems)
+        )
     return Written(tuple(written))
+
+
+def _relative(directory: Path, paths: list[Path]) -> set[str]:
+    return {path.relative_to(directory).as_posix() for path in paths}
+
+
+_CATCH_ALL_OWNER = re.compile(r"^\*\s+@([^/\s]+)/", re.MULTILINE)
+
+
+def _codeowners_team_lines(env: jinja2.Environment, text: str, team: str) -> str:
+    """CODEOWNERS lines that let ``team``'s admins approve its own files, for the org named by the
+    catch-all line (``* @acme/platform``); nothing when there is none or the team has its lines."""
+    found = _CATCH_ALL_OWNER.search(text)
+    if found is None or f"/quotas/{team}.yaml " in text:
+        return ""
+    return env.get_template("team/codeowners.j2").render(org=found.group(1), team=team)
 
 
 def _copy_folders(directory: Path, folders: tuple[str, ...], force: bool) -> Written:

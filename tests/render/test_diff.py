@@ -175,3 +175,65 @@ def test_cli_diff_without_git_installed(git_org: Path, monkeypatch: pytest.Monke
     result = CliRunner().invoke(cli, ["diff", str(git_org), "--against", "main"])
     assert result.exit_code == 2, result.output
     assert "git is not installed: --against GIT_REF needs it" in result.output
+
+
+CODEOWNERS = """\
+*                  @acme/platform
+/policies/         @acme/security
+/quotas/           @acme/capacity
+/quotas/nlp-team.yaml  @acme/capacity @acme/nlp-team-admins
+/CODEOWNERS        @acme/security
+"""
+
+
+def test_diff_lists_the_owners_concerns_a_pull_request_touches(git_org: Path) -> None:
+    """Issue 18: a change that looks like a team's quota edit but also adds an exception shows
+    both owners at once."""
+    (git_org / "CODEOWNERS").write_text(CODEOWNERS, encoding="utf-8")
+    _git(git_org.parent, "add", "-A")
+    _git(git_org.parent, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "owners")
+    runner = CliRunner()
+    clean = runner.invoke(cli, ["diff", str(git_org), "--against", "HEAD"])
+    assert "owners' concerns: none (no file of the tree changed)" in clean.output
+    _edit(git_org / "quotas" / "nlp-team.yaml", "maxConcurrentJobs: 5", "maxConcurrentJobs: 6")
+    (git_org / "policies" / "exceptions" / "nlp-eval.yaml").write_text(
+        (git_org / "policies" / "exceptions" / "cv-team-legacy-image.yaml")
+        .read_text()
+        .replace("name: cv-team-legacy-image", "name: nlp-eval"),
+        encoding="utf-8",
+    )
+    (git_org / "notes.md").write_text("scratch\n", encoding="utf-8")
+    _edit(git_org / "examples" / "trainjobs" / "llm-finetune.yaml", "cc-4711", "cc-4712")
+    result = runner.invoke(cli, ["diff", str(git_org), "--against", "HEAD"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    start = lines.index("owners' concerns (3):")
+    assert lines[start + 1 : start + 4] == [
+        "  @acme/platform: examples/trainjobs/llm-finetune.yaml (changed), notes.md (added)",
+        "  @acme/security: policies/exceptions/nlp-eval.yaml (added)",
+        "  @acme/capacity @acme/nlp-team-admins: quotas/nlp-team.yaml (changed)",
+    ]
+    data = json.loads(runner.invoke(cli, ["diff", str(git_org), "--against", "HEAD", "-o", "json"]).output)
+    by_owner = {tuple(c["owners"]): [f["file"] for f in c["files"]] for c in data["concerns"]}
+    assert by_owner[("@acme/security",)] == ["policies/exceptions/nlp-eval.yaml"]
+    assert by_owner[("@acme/capacity", "@acme/nlp-team-admins")] == ["quotas/nlp-team.yaml"]
+
+
+def test_diff_concerns_by_folder_without_codeowners_and_against_a_rendered_directory(tmp_path: Path) -> None:
+    tree = _org(tmp_path)
+    runner = CliRunner()
+    deploy = tmp_path / "deploy"
+    assert runner.invoke(cli, ["render", str(tree), "-o", str(deploy)]).exit_code == 0
+    _edit(tree / "quotas" / "research-team.yaml", "maxConcurrentJobs: 2", "maxConcurrentJobs: 3")
+    (tree / "policies" / "exceptions" / "cv-team-legacy-image.yaml").unlink()
+    result = runner.invoke(cli, ["diff", str(tree), "--against", str(deploy)])
+    assert (
+        "  policies/ (no CODEOWNERS): policies/exceptions/cv-team-legacy-image.yaml (removed)"
+        in result.output
+    )
+    assert "  quotas/ (no CODEOWNERS): quotas/research-team.yaml (changed)" in result.output
+    (deploy / "mpigate" / "config-bundle.yaml").unlink()
+    unknown = runner.invoke(cli, ["diff", str(tree), "--against", str(deploy)])
+    assert (
+        "owners' concerns: unknown (the directory compared with carries no config bundle)" in unknown.output
+    )

@@ -15,11 +15,13 @@ from mpigate.render import (
     RenderError,
     Rendering,
     baseline_objects,
+    collect_bundle,
     diff_objects,
     render,
     rendering_objects,
     write_tree,
 )
+from mpigate.render.concerns import Concern, changed_files, concerns, read_codeowners
 
 from ._output import OUTPUT_OPTION, dump, echo_config_failure
 
@@ -179,9 +181,16 @@ def diff_command(
     branch first (`git fetch origin main:refs/remotes/origin/main`): CI checkouts are often
     shallow or single-branch.
 
+    First it lists the owners' concerns the change touches: the changed files grouped by their
+    owners in the tree's CODEOWNERS (or by folder without one). Against a git ref every file of
+    the tree counts; against a rendered directory, the config files of its config bundle.
+
     \b
     Example (in CI for a pull request):
       $ mpigate diff . --against origin/main
+      owners' concerns (2):
+        @acme/capacity @acme/nlp-team-admins: quotas/nlp-team.yaml (changed)
+        @acme/security: policies/exceptions/nlp-eval.yaml (added)
       ~ ClusterQueue nlp-team (kueue.x-k8s.io/v1beta2)
       --- a/cluster/clusterqueues.yaml
       +++ b/cluster/clusterqueues.yaml
@@ -201,6 +210,7 @@ def diff_command(
     changes = diff_objects(
         old, rendering_objects(rendering), context=context, ignore_revision=not include_revision
     )
+    touched = _concerns(path, against, config)
     counts = Counter(c.change for c in changes)
     if output != "text":
         data = {
@@ -210,9 +220,11 @@ def diff_command(
             "added": counts["added"],
             "removed": counts["removed"],
             "changes": [c.to_dict() for c in changes],
+            "concerns": None if touched is None else [c.to_dict() for c in touched],
         }
         click.echo(dump(data, output), nl=False)
     else:
+        _echo_concerns(touched)
         marks = {"added": ("+", "green"), "removed": ("-", "red"), "changed": ("~", "yellow")}
         for change in changes:
             mark, color = marks[change.change]
@@ -222,3 +234,29 @@ def diff_command(
                 click.secho(line, fg=None if line.startswith(("+++", "---")) else fg)
         click.echo(f"{counts['changed']} changed, {counts['added']} added, {counts['removed']} removed")
     sys.exit(1 if changes else 0)
+
+
+def _concerns(path: Path, against: str, config: Config) -> list[Concern] | None:
+    """The owners' concerns the change touches (None when ``against`` is a rendered directory
+    without a config bundle)."""
+    try:
+        files = changed_files(path, against, config.files, collect_bundle(config).files)
+    except RenderError as exc:
+        _fail("\n".join(f"error: {p}" for p in exc.problems))
+    if files is None:
+        return None
+    root = path if path.is_dir() else path.parent
+    return concerns(files, read_codeowners(root))
+
+
+def _echo_concerns(touched: list[Concern] | None) -> None:
+    if touched is None:
+        click.echo("owners' concerns: unknown (the directory compared with carries no config bundle)")
+        return
+    if not touched:
+        click.echo("owners' concerns: none (no file of the tree changed)")
+        return
+    click.secho(f"owners' concerns ({len(touched)}):", bold=True)
+    for concern in touched:
+        shown = ", ".join(f"{f.file} ({f.change})" for f in concern.files)
+        click.echo(f"  {concern.title}: {shown}")
