@@ -485,6 +485,20 @@ PAGES: dict[str, Page] = {
         example=Example(file="examples/trainjobs/deny-plaintext-secret.yaml"),
         notes="Only when `spec.security.forbidPlaintextSecrets` is true (the default).",
     ),
+    "MPG-SEC-SECRETREF": Page(
+        what="Every secret the effective pods read — a `secret` volume, a secret inside a `projected` "
+        "volume, an env `valueFrom.secretKeyRef`, an `envFrom.secretRef`, in any container — must be one "
+        "the team's TeamAccess lists under `spec.secrets` (names or globs such as `nlp-data-*`). Not "
+        "judged: what the approved runtime itself references, and the SSH-auth secret Trainer's MPI "
+        "plugin creates for this TrainJob (`<trainjob>-mpi-ssh-auth`); another job's SSH secret is "
+        "refused like any other.",
+        why="Anyone who may create a TrainJob could otherwise read every secret of the namespace "
+        "through a runtime patch or the trainer's env (the pipeline's credentials, another job's SSH "
+        "key), although personas may not read secrets.",
+        fix="Use one of the team's secrets, or have the team admin list the secret under `spec.secrets` "
+        "in `rbac/<team>.yaml`.",
+        example=Example(file="examples/trainjobs/deny-foreign-secret.yaml"),
+    ),
     "MPG-SA-001": Page(
         what="A `serviceAccountName` set by a runtime patch must be one of the team's service accounts (from "
         "`rbac/<team>.yaml`) or `default`.",

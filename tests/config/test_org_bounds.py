@@ -318,3 +318,16 @@ def test_the_issues_waiver_is_refused_on_every_count(org: Path) -> None:
         "exception.team-wide",
         "exception.expiry",
     }
+
+
+def test_a_lending_floor(org: Path) -> None:
+    edit(
+        org / "policies" / "org.yaml",
+        "    borrowingLimit: 16\n",
+        "    borrowingLimit: 16\n    minLendingLimit: 8\n",
+    )
+    (problem,) = errors(org)  # nlp-team lends at most 4 of its 16
+    assert (problem.location.file, problem.path) == ("quotas/nlp-team.yaml", "spec.gpus.a100-eu.lendingLimit")
+    assert "below the org's floor 8" in problem.message
+    edit(org / "quotas" / "nlp-team.yaml", "lendingLimit: 4", "lendingLimit: 8")
+    assert errors(org) == []

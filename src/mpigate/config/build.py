@@ -251,6 +251,7 @@ def build_config(
                 }
             ),
             source=_loc(entry),
+            secrets=tuple(spec["secrets"]),
         )
 
     profiles_spec = by_kind["NetworkProfiles"][0].data["spec"]

@@ -286,6 +286,7 @@ class TeamAccess:
     team: str
     members: Mapping[str, Members]
     source: Location
+    secrets: tuple[str, ...] = ()  # names or globs of the secrets the team's TrainJobs may read
 
     @property
     def service_accounts(self) -> frozenset[str]:
@@ -504,6 +505,11 @@ class Config:
     def service_accounts_of(self, team: str) -> frozenset[str]:
         access = self.access.get(team)
         return access.service_accounts if access else frozenset()
+
+    def secrets_of(self, team: str) -> tuple[str, ...]:
+        """The secrets (names or globs) the team's TrainJobs may read (``TeamAccess.spec.secrets``)."""
+        access = self.access.get(team)
+        return access.secrets if access else ()
 
     def max_gpus(self, team: str, resource: str) -> int:
         """GPUs of ``resource`` the team can ever be admitted: Σ (nominal + borrowing) over its flavors."""

@@ -110,6 +110,7 @@ from .rules.network import check_network
 from .rules.quota import check_quota
 from .rules.residency import check_residency
 from .rules.runtime import check_managed_by, check_mpi_sanity, check_runtime_approval, check_runtime_drift
+from .rules.secrets import check_secret_refs
 from .rules.security import (
     check_pod_security,
     check_secrets,
@@ -676,6 +677,12 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
         if org.security.forbid_plaintext_secrets:
             out += _guarded("MPG-SEC-SECRETS", lambda: check_secrets(resolution.jobs))
         out += _guarded("MPG-SA-001", lambda: check_service_accounts(ctx, resolution))
+        if ctx.team is not None:
+            team = ctx.team
+            out += _guarded(
+                "MPG-SEC-SECRETREF",
+                lambda: check_secret_refs(resolution.jobs, ctx.name, team.name, config.secrets_of(team.name)),
+            )
         out += _guarded(
             "MPG-IMG-001",
             lambda: check_images(

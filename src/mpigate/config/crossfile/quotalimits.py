@@ -105,6 +105,17 @@ def check_quota_limits(c: Collector, tree: Tree) -> None:
             limits.exceeded(
                 c, entry, [*path, "borrowingLimit"], f"borrowingLimit on {name}", borrowing, "borrowingLimit"
             )
+            floor = limits.values.get("minLendingLimit")
+            lending = quota.get("lendingLimit")
+            if floor is not None and lending is not None and lending < min(floor, quota["nominal"]):
+                c.error(
+                    entry,
+                    [*path, "lendingLimit"],
+                    f"lendingLimit {lending} on {name} is below the org's floor "
+                    f"{min(floor, quota['nominal'])} ({limits.source('minLendingLimit')})",
+                    "limit.quota",
+                    "lend more of the unused GPUs to the cohort, or drop lendingLimit (lend all unused)",
+                )
             capacity = (flavors.get(name) or {}).get("capacity")
             if capacity is not None and borrowing > capacity:
                 c.error(
