@@ -13,7 +13,7 @@ from mpigate.config import Config, load
 from mpigate.policy.rules.secrets import MPI_SSH_AUTH_SUFFIX
 from mpigate.scaffold import copy_example
 from tests.conftest import TODAY
-from tests.policy.helpers import decide, example_org, read, trainjob
+from tests.policy.helpers import EXAMPLES, decide, example_org, read, trainjob
 
 RULE = "MPG-SEC-SECRETREF"
 
@@ -157,3 +157,14 @@ def test_update_reports_only_new_references(config: Config) -> None:
     assert [p for p, _ in secret_violations(config, added, operation="UPDATE", old=old)] == [
         "spec.trainer.env[name=X].valueFrom.secretKeyRef.name"
     ]
+
+
+def test_an_mpijob_is_judged_alike(config: Config) -> None:
+    """The MPI Operator's own SSH volume (``<mpijob>-ssh``) is its layer; what the author writes in
+    a replica template is judged."""
+    mpijob = read(EXAMPLES / "mpijobs" / "mpi-allreduce.yaml")
+    assert secret_violations(config, mpijob) == []
+    worker = mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    worker["volumes"] = [{"name": "other", "secret": {"secretName": "cv-team-ssh"}}]
+    ((path, message),) = secret_violations(config, mpijob)
+    assert path.startswith("spec.mpiReplicaSpecs.Worker.template.spec.volumes") and "cv-team-ssh" in message

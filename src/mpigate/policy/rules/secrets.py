@@ -7,7 +7,9 @@ secrets listed (names or globs) in ``TeamAccess.spec.secrets``, what the approve
 references (reviewed with the runtime), and the SSH-auth secret Trainer's MPI plugin creates for
 this very TrainJob — ``<trainjob>-mpi-ssh-auth``, never another job's, whose key would open that
 job's pods (Trainer: pkg/runtime/framework/plugins/mpi/mpi.go sshAuthSecretName and
-``constants.MPISSHAuthSecretSuffix``).
+``constants.MPISSHAuthSecretSuffix``). An MPIJob is judged alike: the MPI Operator's own SSH volume
+(``<mpijob>-ssh``, mpi-operator: pkg/controller/mpi_job_controller.go setupSSHOnPod) is its
+``operator`` layer; what the MPIJob's author writes is judged.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ __all__ = ["MPI_SSH_AUTH_SUFFIX", "check_secret_refs", "secret_refs"]
 
 # Trainer: pkg/constants/constants.go MPISSHAuthSecretSuffix
 MPI_SSH_AUTH_SUFFIX = "-mpi-ssh-auth"
-# Layers whose references are not the submitter's: the approved runtime and Trainer's plugin.
-_REVIEWED_LAYERS = ("runtime", "mpi")
+# Layers whose references are not the submitter's: the approved runtime, Trainer's MPI plugin and
+# the MPI Operator (for MPIJobs).
+_REVIEWED_LAYERS = ("runtime", "mpi", "operator")
 # How the resolver names the plugin's SSH secret (mpigate.trainjob.mpi.mpi_plugin): no secret can
 # have this name, so it is the plugin's, and every MPI pod has it (no layer lookup on the hot path).
 _PLUGIN_SSH = "<trainjob>" + MPI_SSH_AUTH_SUFFIX
@@ -99,7 +102,7 @@ def check_secret_refs(
                 f"{how} reads secret {name}, which is not one of {team}'s mountable secrets "
                 f"({listed})"
                 + (f"; it is another TrainJob's MPI SSH key (this job's is {own_ssh})" if other_ssh else "")
-                + ". A TrainJob's pods can read every secret they mount.",
+                + ". A job's pods can read every secret they mount.",
                 f"Use one of {team}'s secrets ({listed}), or ask the team admin to list it under "
                 f"spec.secrets in the team's TeamAccess (rbac/{team}.yaml).",
                 f"secret {name} is not one {team} may mount",
