@@ -84,7 +84,7 @@ def test_every_way_of_reading_a_secret_is_judged(
     assert path.startswith("spec.runtimePatches[manager=acme.example/debug]") and where in path
     assert (
         "nlp-pipeline-registry" in message
-        and "nlp-team's mountable secrets (hf-token, nlp-data-*)" in message
+        and "nlp-team's mountable secrets (hf-token, s3-credentials, nlp-data-*)" in message
     )
 
 

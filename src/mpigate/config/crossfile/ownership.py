@@ -13,11 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mpigate.config.schema import kind_schema
-
 from .base import Collector, Entry, Tree
 
-__all__ = ["TEAM_KINDS", "check_ownership", "default_layout", "layout_applies", "owning_folder"]
+__all__ = ["TEAM_KINDS", "check_ownership", "layout_applies", "owning_folder"]
 
 # Kinds that belong to one team, and where each names it.
 TEAM_KINDS: Mapping[str, tuple[str, ...]] = {
@@ -29,12 +27,6 @@ _SUFFIXES = (".yaml", ".yml")
 # A rendered config bundle carries its revision in this file (mpigate.config.loader.REVISION_FILE;
 # not imported: the loader imports this package); a mounted ConfigMap has the kubelet's ..data link.
 _BUNDLE_MARKERS = (".mpigate-revision", "..data")
-
-
-def default_layout() -> dict[str, list[str]]:
-    """The scaffold's layout (the schema's default of ``OrgPolicy.spec.layout``)."""
-    default = kind_schema("OrgPolicy")["properties"]["spec"]["properties"]["layout"]["default"]
-    return {folder: list(kinds) for folder, kinds in default.items()}
 
 
 def layout_applies(root: Path, files: Iterable[str]) -> bool:
