@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+
 import pytest
 
 from mpigate.preflight import VirtualPods
@@ -15,3 +19,33 @@ def test_two_sets_whose_tags_map_to_one_subnet_get_different_subnets() -> None:
         assert len(subnets) == 2, (first.launcher_address, second.launcher_address)
         assert first.addresses[0].startswith(first.launcher_address.rsplit(".", 1)[0] + ".")
         assert second.addresses[0].startswith(second.launcher_address.rsplit(".", 1)[0] + ".")
+
+
+@pytest.mark.usefixtures("netns")
+def test_each_pod_has_its_own_hostname_and_an_empty_environment() -> None:
+    """OpenMPI names its session directories after the node: daemons of different pods that
+    shared the launcher's hostname raced to create the same ones ("mkdir ... File exists")."""
+    with VirtualPods(2) as pods:
+        assert pods.agent is not None
+        seen = []
+        for address in pods.addresses:
+            done = subprocess.run(
+                [str(pods.agent), "-x", address, "hostname; echo HOME=$HOME; env | wc -l"],
+                env={**os.environ, "LEAK": "1"},
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            name, home, count = done.stdout.split()
+            seen.append(name)
+            assert home == f"HOME={os.environ.get('HOME', '/')}"
+            assert int(count) <= 4, done.stdout  # PATH, HOME, PWD, SHLVL: nothing of ours leaks
+        assert len(set(seen)) == 2, seen
+        assert socket.gethostname() not in seen
+        assert socket.gethostname() == _root_hostname()
+
+
+def _root_hostname() -> str:
+    return subprocess.run(["hostname"], capture_output=True, text=True, check=True).stdout.strip()

@@ -5,10 +5,15 @@ and loopback, the way a Kubernetes pod has its own network stack. ``mpirun`` sta
 namespace (the launcher pod) and starts ``orted`` in each namespace through an ``rsh`` agent that
 plays sshd: it enters the namespace and *clears the environment*, so that whatever reaches the
 remote daemons and ranks is what OpenMPI itself forwards — exactly the situation of Trainer's
-launcher pod ssh-ing into the node pods on port 2222.
+launcher pod ssh-ing into the node pods on port 2222. Each pod also has its own hostname (a UTS
+namespace), as a Kubernetes pod does: OpenMPI names its session directories after the node
+(``ompi.<host>.<uid>/jf.<family>``), and daemons that all believed they ran on the launcher's host
+raced to create the same directories ("A call to mkdir was unable to create the desired
+directory ... File exists", then "ORTE does not know how to route a message"; about one run in
+twenty on a busy machine).
 
-Needs root and iproute2 (``ip netns``). Addresses come from 198.18.0.0/15 (RFC 2544, reserved for
-benchmarking) so that they cannot clash with a real network.
+Needs root, iproute2 (``ip netns``) and util-linux's ``unshare``. Addresses come from
+198.18.0.0/15 (RFC 2544, reserved for benchmarking) so that they cannot clash with a real network.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ def virtual_pods_unavailable() -> str | None:
         return "network namespaces need root (ip netns add)"
     if shutil.which("ip") is None:
         return "iproute2 'ip' not found (Debian package iproute2)"
+    for tool, package in (("unshare", "util-linux"), ("hostname", "hostname")):
+        if shutil.which(tool) is None:
+            return f"'{tool}' not found (Debian package {package})"
     return None
 
 
@@ -66,14 +74,15 @@ def _free_subnet(start: int) -> int:
 
 _AGENT = """#!/bin/sh
 # rsh agent for mpirun: "{agent} [ssh options] HOST COMMAND..." runs COMMAND in HOST's network
-# namespace with an empty environment, like sshd would.
+# namespace, under the pod's own hostname, with an empty environment, like sshd would.
 while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done
 host="$1"; shift
 case "$host" in
 {cases}
   *) echo "rsh agent: unknown host $host" >&2; exit 255;;
 esac
-exec ip netns exec "$ns" env -i PATH={path} HOME={home} /bin/sh -c "$*"
+exec ip netns exec "$ns" unshare --uts /bin/sh -c \
+  'hostname "$1" && exec env -i PATH="$3" HOME="$4" /bin/sh -c "$2"' agent "$ns" "$*" {path} {home}
 """
 
 
