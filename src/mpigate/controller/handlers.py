@@ -27,12 +27,11 @@ import kopf
 
 from mpigate.admission.kube import KubeError
 
-from .kinds import MPIJOB, TRAINJOB, JobKind
+from .kinds import TRAINJOB, JobKind
 from .netpol import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from .reconciler import NoConfigError, Reconciler
 
 __all__ = [
-    "MPIJOBS",
     "NETWORK_POLICIES",
     "PODS",
     "TRAINJOBS",
@@ -44,7 +43,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TRAINJOBS: Final = TRAINJOB.resource
-MPIJOBS: Final = MPIJOB.resource
 PODS: Final = ("", "v1", "pods")
 NETWORK_POLICIES: Final = ("networking.k8s.io", "v1", "networkpolicies")
 ANNOTATION_PREFIX: Final = "mpigate.io"
