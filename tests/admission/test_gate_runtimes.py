@@ -20,6 +20,7 @@ from mpigate.admission.kube import KubeConfig
 from mpigate.admission.server import WebhookServer
 from mpigate.policy import UserInfo
 from tests.conftest import REPO
+from tests.policy.helpers import runtime_patch
 
 from .conftest import StartWebhook
 
@@ -109,31 +110,11 @@ async def test_an_external_runtime_is_resolved_for_mutate_and_validate(
     # ... and a privileged patch added while suspended is judged on the runtime's pods.
     worse = copy.deepcopy(suspended)
     worse["spec"]["runtimePatches"].append(
-        {
-            "manager": "acme.example/debug",
-            "trainingRuntimeSpec": {
-                "template": {
-                    "spec": {
-                        "replicatedJobs": [
-                            {
-                                "name": "node",
-                                "template": {
-                                    "spec": {
-                                        "template": {
-                                            "spec": {
-                                                "containers": [
-                                                    {"name": "node", "securityContext": {"privileged": True}}
-                                                ]
-                                            }
-                                        }
-                                    }
-                                },
-                            }
-                        ]
-                    }
-                }
-            },
-        }
+        runtime_patch(
+            "acme.example/debug",
+            "node",
+            {"containers": [{"name": "node", "securityContext": {"privileged": True}}]},
+        )
     )
     update = await post(
         http, server, "/validate", make_review(worse, operation="UPDATE", old=suspended, user=SCIENTIST)

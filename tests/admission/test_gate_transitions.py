@@ -19,6 +19,7 @@ from mpigate.admission.recorder import MemoryRecorder
 from mpigate.admission.server import ServeOptions
 from mpigate.policy import UserInfo
 from tests.conftest import REPO, TODAY
+from tests.policy.helpers import runtime_patch
 
 from .conftest import ThreadedWebhook, write_cert
 
@@ -142,30 +143,12 @@ def test_kueue_update_of_its_own_patch_and_suspend_is_allowed(client: ReviewClie
     admitted = copy.deepcopy(stored)
     admitted["spec"]["suspend"] = False
     admitted["spec"].setdefault("runtimePatches", []).append(
-        {
-            "manager": "kueue.x-k8s.io/manager",
-            "trainingRuntimeSpec": {
-                "template": {
-                    "spec": {
-                        "replicatedJobs": [
-                            {
-                                "name": "node",
-                                "template": {
-                                    "spec": {
-                                        "template": {
-                                            "metadata": {"labels": {"kueue.x-k8s.io/podset": "node"}},
-                                            "spec": {
-                                                "nodeSelector": {"nvidia.com/gpu.product": "A100-SXM4-80GB"}
-                                            },
-                                        }
-                                    }
-                                },
-                            }
-                        ]
-                    }
-                }
-            },
-        }
+        runtime_patch(
+            "kueue.x-k8s.io/manager",
+            "node",
+            {"nodeSelector": {"nvidia.com/gpu.product": "A100-SXM4-80GB"}},
+            {"labels": {"kueue.x-k8s.io/podset": "node"}},
+        )
     )
     assert update(client, admitted, stored, KUEUE).allowed
 
@@ -173,21 +156,7 @@ def test_kueue_update_of_its_own_patch_and_suspend_is_allowed(client: ReviewClie
 def with_service_account(obj: dict[str, Any], account: str) -> dict[str, Any]:
     out = copy.deepcopy(obj)
     out["spec"]["runtimePatches"] = [
-        {
-            "manager": "acme.example/pipeline",
-            "trainingRuntimeSpec": {
-                "template": {
-                    "spec": {
-                        "replicatedJobs": [
-                            {
-                                "name": "launcher",
-                                "template": {"spec": {"template": {"spec": {"serviceAccountName": account}}}},
-                            }
-                        ]
-                    }
-                }
-            },
-        }
+        runtime_patch("acme.example/pipeline", "launcher", {"serviceAccountName": account})
     ]
     return out
 
@@ -269,12 +238,14 @@ def test_item_9_managed_by_is_judged(client: ReviewClient) -> None:
     job = example("minimal")
     job["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
     assert replay(client, job, user=MARIA).allowed
-    privileged = with_service_account(job, "default")
-    privileged["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
-        "template"
-    ]["spec"]["template"]["spec"] = {
-        "containers": [{"name": "node", "securityContext": {"privileged": True}}]
-    }
+    privileged = copy.deepcopy(job)
+    privileged["spec"]["runtimePatches"] = [
+        runtime_patch(
+            "acme.example/pipeline",
+            "launcher",
+            {"containers": [{"name": "node", "securityContext": {"privileged": True}}]},
+        )
+    ]
     denied_by(replay(client, privileged, user=MARIA), "MPG-SEC-PRIVILEGED")
     other = example("minimal")
     other["spec"]["managedBy"] = "acme.example/runner"
@@ -293,11 +264,10 @@ def test_item_5_resume_and_patch_in_one_request_is_judged_whole(client: ReviewCl
     new runtime, not grandfathered against the old one."""
     stored = created(client, example("minimal"))
     stored["spec"]["suspend"] = True
-    resumed = with_service_account(stored, "default")
-    resumed["spec"]["runtimePatches"] = stored["spec"]["runtimePatches"] + resumed["spec"]["runtimePatches"]
-    resumed["spec"]["runtimePatches"][-1]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
-        "template"
-    ]["spec"]["template"]["spec"] = {"hostNetwork": True}
+    resumed = copy.deepcopy(stored)
+    resumed["spec"]["runtimePatches"].append(
+        runtime_patch("acme.example/pipeline", "launcher", {"hostNetwork": True})
+    )
     resumed["spec"]["suspend"] = False
     denied_by(update(client, resumed, stored), "MPG-SEC-HOSTNAMESPACES")
     data = created(client, example("phi-pinned"))

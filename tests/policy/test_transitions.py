@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +205,21 @@ def _outside_own_entry(decision: Decision, stored: Mapping[str, Any]) -> list[Ma
     return [op for op in decision.patch if prefix is None or not str(op["path"]).startswith(prefix)]
 
 
+def _admitted(
+    stored: dict[str, Any], tenant: str, ops: list[tuple[Any, ...]]
+) -> Iterator[tuple[dict[str, Any], list[str]]]:
+    """Sends each of ``ops`` as an UPDATE (by Kueue or the tenant) of the object stored so far;
+    yields the stored object and the operations admitted so far after each admitted one."""
+    trail: list[str] = []
+    for op in ops:
+        new, by_kueue = _apply(stored, op)
+        decision = decide(ORG, new, operation="UPDATE", old=stored, user=KUEUE if by_kueue else tenant)
+        if decision.allowed:
+            stored = new
+            trail.append(repr(op))
+            yield stored, trail
+
+
 @pytest.mark.skipif(not CREATABLE, reason="no example TrainJob is admitted on CREATE")
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(CREATABLE), st.lists(operations, min_size=1, max_size=8))
@@ -213,12 +228,8 @@ def test_no_sequence_of_admitted_updates_reaches_what_create_denies(
 ) -> None:
     _, stored, tenant = start
     trail: list[str] = []
-    for op in ops:
-        new, by_kueue = _apply(stored, op)
-        decision = decide(ORG, new, operation="UPDATE", old=stored, user=KUEUE if by_kueue else tenant)
-        if decision.allowed:
-            stored = new
-            trail.append(repr(op))
+    for last in _admitted(stored, tenant, ops):
+        stored, trail = last
     final = decide(ORG, stored, user=tenant)
     assert final.allowed, f"after {trail}: {final.message}"
     assert not _outside_own_entry(final, stored), f"after {trail}: CREATE would change {final.patch}"
@@ -259,17 +270,11 @@ def test_no_admitted_update_adds_what_create_denies(
     """Grandfathering as a property: from any stored object — also one today's policy denies (the
     policy tightened since its CREATE, a quota lowered) — no admitted UPDATE reaches an object whose
     CREATE is denied for anything (rule, path, message) the starting object's CREATE was not."""
-    _, stored, tenant = start
-    before = _denials(stored, tenant)
-    trail: list[str] = []
-    for op in ops:
-        new, by_kueue = _apply(stored, op)
-        decision = decide(ORG, new, operation="UPDATE", old=stored, user=KUEUE if by_kueue else tenant)
-        if decision.allowed:
-            stored = new
-            trail.append(repr(op))
-            added = _denials(stored, tenant) - before
-            assert not added, f"after {trail}: CREATE now also denies {sorted(added)}"
+    _, start_obj, tenant = start
+    before = _denials(start_obj, tenant)
+    for stored, trail in _admitted(start_obj, tenant, ops):
+        added = _denials(stored, tenant) - before
+        assert not added, f"after {trail}: CREATE now also denies {sorted(added)}"
 
 
 def test_the_examples_give_the_property_something_to_chew_on() -> None:
