@@ -294,6 +294,42 @@ def test_rule_patterns_and_team_wide_matches_need_the_orgs_flag(org: Path) -> No
     assert errors(org) == []
 
 
+MATCH = '  match:\n    trainJobNames: ["legacy-*"]\n    requestedBy: {personas: [mlops-engineer]}\n'
+
+
+@pytest.mark.parametrize(
+    "match",
+    [
+        "namespaces: [cv-team, cv-team-dev]",  # every namespace cv-team has
+        "namespaces: [cv-team-dev, cv-team]\n    trainJobNames: ['*']",
+        "requestedBy: {personas: [data-scientist, mlops-engineer, team-admin]}",  # all cv-team gives
+        "requestedBy: {personas: [viewer, team-admin, mlops-engineer, data-scientist]}\n"
+        "    namespaces: [cv-team, cv-team-dev]",
+        # requestedBy is met by any of its entries: a user does not narrow what the personas cover
+        "requestedBy: {users: [omar@acme.example], personas: [data-scientist, mlops-engineer, team-admin]}",
+    ],
+)
+def test_conditions_every_job_of_the_team_meets_are_team_wide(org: Path, match: str) -> None:
+    """An empty match is refused without the org's flag; so is one that only looks narrower."""
+    edit(org / EXCEPTION, MATCH, f"  match:\n    {match}\n")
+    assert codes(org) == [(EXCEPTION.as_posix(), "spec.match", "exception.team-wide")]
+    edit(org / "policies" / "org.yaml", "  exceptions:\n", "  exceptions:\n    allowTeamWide: true\n")
+    assert errors(org) == []
+
+
+@pytest.mark.parametrize(
+    "match",
+    [
+        "namespaces: [cv-team-dev]",
+        "requestedBy: {personas: [data-scientist, mlops-engineer]}",
+        "requestedBy: {users: [omar@acme.example], groups: [cv-team-scientists]}",
+    ],
+)
+def test_part_of_the_team_is_not_team_wide(org: Path, match: str) -> None:
+    edit(org / EXCEPTION, MATCH, f"  match:\n    {match}\n")
+    assert errors(org) == []
+
+
 def test_expiry_is_bounded_by_the_org(org: Path) -> None:
     edit(org / EXCEPTION, "expires: 2027-03-31", "expires: 2027-06-01")  # 191 days after TODAY
     (problem,) = errors(org)

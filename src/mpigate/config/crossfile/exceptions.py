@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from mpigate.catalogue import expand_rule_pattern, rule_ids
@@ -46,14 +47,28 @@ def _service_account_name(user: str) -> str | None:
     return parts[3] if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"] else None
 
 
-def _matches_everything(match: Mapping[str, Any]) -> bool:
+def _matches_everything(
+    match: Mapping[str, Any], namespaces: AbstractSet[str], personas: AbstractSet[str]
+) -> bool:
+    """Whether ``match`` leaves every TrainJob of the team in: no condition, or only conditions
+    that hold for all of them (``*`` as the name, every namespace the team has, every persona its
+    TeamAccess gives as requesters: ``requestedBy`` is met by any one of its entries, so users and
+    groups next to those personas add nobody)."""
     names = match.get("trainJobNames") or ()
+    listed = set(match.get("namespaces") or ())
+    by = match.get("requestedBy")
+    whole_team = by is not None and bool(personas) and personas <= set(by.get("personas") or ())
     return not (
         any(set(n) != {"*"} for n in names)
-        or match.get("namespaces")
+        or (listed and not (namespaces and namespaces <= listed))
         or match.get("labels")
-        or match.get("requestedBy")
+        or (by and not whole_team)
     )
+
+
+def _personas_given(access: Iterable[Entry], team: str) -> set[str]:
+    """The personas the team's TeamAccess gives to someone."""
+    return {p for e in access if e.valid and team_of(e) == team for p in e.data["spec"]["members"]}
 
 
 def check_exceptions(c: Collector, tree: Tree, exceptions: list[Entry], access: list[Entry]) -> None:
@@ -97,11 +112,16 @@ def check_exceptions(c: Collector, tree: Tree, exceptions: list[Entry], access: 
                     "list the rule IDs (or have the OrgPolicy's owners set "
                     "spec.exceptions.allowRulePatterns)",
                 )
-        if live is not None and not live["allowTeamWide"] and _matches_everything(spec["match"]):
+        everything = _matches_everything(
+            spec["match"], team_namespaces.get(spec["team"], set()), _personas_given(access, spec["team"])
+        )
+        if live is not None and not live["allowTeamWide"] and everything:
             c.error(
                 entry,
                 ["spec", "match"],
-                f"exception {name_of(entry)!r} matches every TrainJob of team {spec['team']!r}",
+                f"exception {name_of(entry)!r} matches every TrainJob of team {spec['team']!r} (no "
+                "condition, or only conditions every job of the team meets: all its namespaces, all "
+                "its personas, `*` as the name)",
                 "exception.team-wide",
                 "narrow it with match.requestedBy, match.namespaces, or match.trainJobNames / "
                 "match.labels with match.requestedBy (or have the OrgPolicy's owners set "
@@ -116,17 +136,19 @@ def check_exceptions(c: Collector, tree: Tree, exceptions: list[Entry], access: 
                 f"namespace {ns!r} does not belong to team {spec['team']!r}",
                 "ref.namespace",
             )
-        _check_requesters(c, tree, entry, spec)
+        _check_requesters(c, tree, entry, spec, everything)
 
 
-def _check_requesters(c: Collector, tree: Tree, entry: Entry, spec: Mapping[str, Any]) -> None:
+def _check_requesters(
+    c: Collector, tree: Tree, entry: Entry, spec: Mapping[str, Any], everything: bool
+) -> None:
     """A job's name and labels are chosen by whoever creates it: they narrow an exception, and
     ``match.requestedBy`` (the AdmissionReview's userInfo, which a tenant cannot choose) says who
     benefits. Without it the engine applies such an exception to nothing."""
     match = spec["match"]
     chosen = [k for k in ("trainJobNames", "labels") if k in match]
     # Only ``*`` as the name matches every job: that is the team-wide case, judged on its own.
-    if chosen and "requestedBy" not in match and not _matches_everything(match):
+    if chosen and "requestedBy" not in match and not everything:
         c.error(
             entry,
             ["spec", "match", chosen[0]],
