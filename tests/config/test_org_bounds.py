@@ -158,6 +158,22 @@ def test_the_org_replaces_the_forbidden_list(org: Path) -> None:
     assert "create on configmaps: configs come from Git" in problem.message
 
 
+def test_mpijobs_stay_off_personas_by_default_and_the_reason_says_why(org: Path) -> None:
+    """MPIJobs are judged by the webhook now, but not counted against maxConcurrentJobs: the
+    default keeps them forbidden and names that, instead of claiming the webhook never sees them."""
+    edit(
+        org / "rbac" / "personas.yaml",
+        "    viewer:\n      description: Read-only access to the team's jobs, pods and queue.\n"
+        "      kueue: none\n      rules:\n",
+        "    viewer:\n      description: Read-only access to the team's jobs, pods and queue.\n"
+        "      kueue: none\n      rules:\n"
+        "        - {apiGroups: [kubeflow.org], resources: [mpijobs], verbs: [create]}\n",
+    )
+    (problem,) = errors(org)
+    assert "create on mpijobs: MPIJobs are judged like TrainJobs, but maxConcurrentJobs" in problem.message
+    assert "never sees" not in problem.message
+
+
 @pytest.mark.parametrize(
     ("subject", "allowed"),
     [
