@@ -490,8 +490,8 @@ PAGES: dict[str, Page] = {
         "volume, an env `valueFrom.secretKeyRef`, an `envFrom.secretRef`, in any container — must be one "
         "the team's TeamAccess lists under `spec.secrets` (names or globs such as `nlp-data-*`). Not "
         "judged: what the approved runtime itself references, and the SSH-auth secret Trainer's MPI "
-        "plugin creates for this TrainJob (`<trainjob>-mpi-ssh-auth`); another job's SSH secret is "
-        "refused like any other.",
+        "plugin creates for this TrainJob (`<trainjob>-mpi-ssh-auth`). Another job's SSH secret is "
+        "refused unless `spec.secrets` names it exactly: a glob never covers it.",
         why="Anyone who may create a TrainJob could otherwise read every secret of the namespace "
         "through a runtime patch or the trainer's env (the pipeline's credentials, another job's SSH "
         "key), although personas may not read secrets.",

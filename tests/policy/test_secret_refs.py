@@ -168,3 +168,26 @@ def test_an_mpijob_is_judged_alike(config: Config) -> None:
     worker["volumes"] = [{"name": "other", "secret": {"secretName": "cv-team-ssh"}}]
     ((path, message),) = secret_violations(config, mpijob)
     assert path.startswith("spec.mpiReplicaSpecs.Worker.template.spec.volumes") and "cv-team-ssh" in message
+
+
+def test_a_glob_never_covers_another_jobs_ssh_key(tmp_path: Path) -> None:
+    """A team that lists ``*`` means its own secrets, not the key to every other job's pods:
+    another job's MPI SSH secret is allowed only by its exact name."""
+    copy_example(tmp_path / "org")
+    access = tmp_path / "org" / "rbac" / "nlp-team.yaml"
+    text = access.read_text(encoding="utf-8")
+    listed = "secrets: [hf-token, s3-credentials, nlp-data-*]"
+    assert listed in text
+
+    def reading(secret: str) -> dict[str, Any]:
+        return patched({"containers": [{"name": "node", "envFrom": [{"secretRef": {"name": secret}}]}]})
+
+    access.write_text(text.replace(listed, "secrets: ['*']"), encoding="utf-8")
+    config = load(tmp_path / "org", revision="test", today=TODAY)
+    assert secret_violations(config, reading("nlp-pipeline-registry")) == []
+    assert secret_violations(config, reading("job" + MPI_SSH_AUTH_SUFFIX)) == []
+    ((_, message),) = secret_violations(config, reading("llm-finetune-mpi-ssh-auth"))
+    assert "another TrainJob's MPI SSH key" in message
+    access.write_text(text.replace(listed, "secrets: ['*', llm-finetune-mpi-ssh-auth]"), encoding="utf-8")
+    config = load(tmp_path / "org", revision="test", today=TODAY)
+    assert secret_violations(config, reading("llm-finetune-mpi-ssh-auth")) == []

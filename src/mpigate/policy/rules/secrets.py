@@ -76,6 +76,10 @@ def _reviewed(job: EffectiveJob, pod_path: PodPath) -> bool:
 
 @lru_cache(maxsize=4096)
 def _allowed(name: str, patterns: tuple[str, ...]) -> bool:
+    """Whether the team lists ``name``. Another job's MPI SSH secret only by its exact name: a glob
+    (``*``, ``nlp-*``) meant for the team's own secrets never hands one job the key to another's pods."""
+    if name.endswith(MPI_SSH_AUTH_SUFFIX):
+        return name in patterns
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
