@@ -237,3 +237,25 @@ def test_diff_concerns_by_folder_without_codeowners_and_against_a_rendered_direc
     assert (
         "owners' concerns: unknown (the directory compared with carries no config bundle)" in unknown.output
     )
+
+
+def test_the_owners_are_the_base_refs_where_github_reads_them(git_org: Path) -> None:
+    """GitHub takes CODEOWNERS from the pull request's base branch, at the repository's root (or
+    .github/, docs/), with paths relative to it: a pull request that rewrites it does not choose
+    its own reviewers, and a tree in a subfolder is matched by its repository path. A line GitHub
+    would skip as invalid is skipped and named."""
+    repo = git_org.parent
+    (repo / ".github").mkdir()
+    owners = "*  @acme/platform\n/org/quotas/  @acme/capacity\n/.github/  @acme/security\n[bad  @acme/x\n"
+    (repo / ".github" / "CODEOWNERS").write_text(owners, encoding="utf-8")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "owners")
+    _edit(git_org / "quotas" / "cv-team.yaml", "maxConcurrentJobs: 10", "maxConcurrentJobs: 12")
+    (repo / ".github" / "CODEOWNERS").write_text(
+        owners.replace("/org/quotas/  @acme/capacity", "/org/quotas/  @acme/nlp-team-admins"),
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(cli, ["diff", str(git_org), "--against", "HEAD"])
+    assert result.exit_code == 1, result.output
+    assert "owners' concerns (1):\n  @acme/capacity: quotas/cv-team.yaml (changed)\n" in result.stdout
+    assert "warning: .github/CODEOWNERS:4: unterminated character class" in result.stderr

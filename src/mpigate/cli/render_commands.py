@@ -21,7 +21,7 @@ from mpigate.render import (
     rendering_objects,
     write_tree,
 )
-from mpigate.render.concerns import Concern, changed_files, concerns, read_codeowners
+from mpigate.render.concerns import Concern, changed_files, concerns
 
 from ._output import OUTPUT_OPTION, dump, echo_config_failure
 
@@ -182,8 +182,9 @@ def diff_command(
     shallow or single-branch.
 
     First it lists the owners' concerns the change touches: the changed files grouped by their
-    owners in the tree's CODEOWNERS (or by folder without one). Against a git ref every file of
-    the tree counts; against a rendered directory, the config files of its config bundle.
+    owners in CODEOWNERS (or by folder without one). Against a git ref every file of the tree
+    counts and the owners are the ref's (GitHub reads the base branch's); against a rendered
+    directory, the config files of its config bundle, with the tree's CODEOWNERS.
 
     \b
     Example (in CI for a pull request):
@@ -238,15 +239,17 @@ def diff_command(
 
 def _concerns(path: Path, against: str, config: Config) -> list[Concern] | None:
     """The owners' concerns the change touches (None when ``against`` is a rendered directory
-    without a config bundle)."""
+    without a config bundle); CODEOWNERS lines skipped as invalid are warned about on stderr."""
     try:
-        files = changed_files(path, against, config.files, collect_bundle(config).files)
+        found = changed_files(path, against, config.files, collect_bundle(config).files)
     except RenderError as exc:
         _fail("\n".join(f"error: {p}" for p in exc.problems))
-    if files is None:
+    if found is None:
         return None
-    root = path if path.is_dir() else path.parent
-    return concerns(files, read_codeowners(root))
+    files, owners = found
+    for skipped in owners.skipped if owners else ():
+        click.echo(f"warning: {skipped} (skipped, as GitHub skips invalid lines)", err=True)
+    return concerns(files, owners)
 
 
 def _echo_concerns(touched: list[Concern] | None) -> None:

@@ -7,7 +7,11 @@ the owners CODEOWNERS gives them (as GitHub matches it: the last matching line w
 top-level folder when the tree has no CODEOWNERS.
 
 Against a git ref the whole tree is compared (what ``git`` would commit: tracked and untracked,
-not ignored); against a rendered directory only the config files its config bundle carries.
+not ignored), and the owners are those of the ref's CODEOWNERS, as GitHub takes them from the pull
+request's base branch: a pull request that rewrites CODEOWNERS does not choose its own reviewers.
+Against a rendered directory only the config files its config bundle carries are compared, with
+the tree's own CODEOWNERS (a rendering has none). Lines GitHub would skip as invalid are skipped
+and named.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ __all__ = [
     "CODEOWNERS_PATHS",
     "Concern",
     "FileChange",
+    "Owners",
     "changed_files",
     "concerns",
     "read_codeowners",
@@ -70,13 +75,47 @@ class Concern:
         }
 
 
-def read_codeowners(root: Path) -> CodeOwners | None:
-    """The CODEOWNERS of the tree at ``root`` (a directory), or None."""
-    for rel in CODEOWNERS_PATHS:
+@dataclass(frozen=True)
+class Owners:
+    """A CODEOWNERS file: its rules, the tree's folder inside the repository its patterns are
+    relative to (``""`` or ``"config/"``), and the lines skipped as invalid (``file:line: why``)."""
+
+    rules: CodeOwners
+    prefix: str
+    skipped: tuple[str, ...]
+
+    def of(self, file: str) -> tuple[str, ...]:
+        """The owners of ``file`` (relative to the tree)."""
+        return tuple(owner for _, owner in self.rules.of(self.prefix + file))
+
+
+def _parse(text: str, where: str) -> tuple[CodeOwners, tuple[str, ...]]:
+    """CODEOWNERS rules; a line that does not parse is skipped, as GitHub skips invalid lines."""
+    kept: list[str] = []
+    skipped: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
         try:
-            return CodeOwners((root / rel).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError):
-            continue
+            CodeOwners(line)
+        except ValueError as exc:
+            skipped.append(f"{where}:{number}: {exc}")
+            line = ""
+        kept.append(line)
+    return CodeOwners("\n".join(kept)), tuple(skipped)
+
+
+def read_codeowners(root: Path, tree: str = "") -> Owners | None:
+    """The CODEOWNERS of the repository checked out at ``root`` where GitHub looks for it, the
+    config tree lying at ``tree`` inside it (``"config/"``, or ``""``); failing that, one kept in the
+    tree's own folder (patterns relative to the tree). None without either."""
+    places = [(root, tree)] + ([(root / tree, "")] if tree else [])
+    for base, prefix in places:
+        for rel in CODEOWNERS_PATHS:
+            try:
+                text = (base / rel).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            rules, skipped = _parse(text, rel if base is root else tree + rel)
+            return Owners(rules, prefix, skipped)
     return None
 
 
@@ -133,34 +172,42 @@ def _bundle_data(directory: Path) -> dict[str, bytes] | None:
 
 def changed_files(
     path: str | os.PathLike[str], against: str, config_files: Iterable[str], bundle: Mapping[str, str]
-) -> list[FileChange] | None:
-    """Files of the tree at ``path`` that differ from ``against``: a git ref (the whole tree), or a
-    rendered directory whose config bundle is compared with ``bundle`` (this tree's, rendered now;
-    ``config_files`` name its keys' files). None when that directory carries no config bundle."""
+) -> tuple[list[FileChange], Owners | None] | None:
+    """Files of the tree at ``path`` that differ from ``against`` and the owners to group them by:
+    a git ref (the whole tree; that ref's CODEOWNERS), or a rendered directory whose config bundle
+    is compared with ``bundle`` (this tree's, rendered now; ``config_files`` name its keys' files;
+    the tree's CODEOWNERS). None when that directory carries no config bundle."""
     tree = Path(path)
+    base = tree if tree.is_dir() else tree.parent
     if Path(against).is_dir():
         old = _bundle_data(Path(against))
         if old is None:
             return None
         new = {k: v.encode("utf-8") for k, v in bundle.items() if not k.startswith(".")}
         files = {bundle_key(rel): rel for rel in config_files}
-        return [
+        changes = [
             FileChange(files.get(c.file, c.file.replace("__", "/")), c.change) for c in _compare(old, new)
         ]
-    base = tree if tree.is_dir() else tree.parent
+        return changes, read_codeowners(base)
     with git_tree(path, against) as (old_tree, _):
         old_base = old_tree if tree.is_dir() else old_tree.parent
         old_files = _extracted_files(old_base) if old_base.is_dir() else {}
-    return _compare(old_files, _git_files(base))
+        # the tree's folder in the repository (``org/``): the checkout of the ref is that far up
+        prefix = _git(base, "rev-parse", "--show-prefix").decode("utf-8", "replace").strip()
+        old_top = old_base
+        for _ in Path(prefix).parts:
+            old_top = old_top.parent
+        owners = read_codeowners(old_top, prefix)
+    return _compare(old_files, _git_files(base)), owners
 
 
-def concerns(files: Iterable[FileChange], owners: CodeOwners | None) -> list[Concern]:
+def concerns(files: Iterable[FileChange], owners: Owners | None) -> list[Concern]:
     """``files`` grouped by their owners (or top-level folder without CODEOWNERS), in order of
     first appearance."""
     groups: dict[tuple[tuple[str, ...], str | None], list[FileChange]] = {}
     for change in files:
         if owners is not None:
-            key: tuple[tuple[str, ...], str | None] = (tuple(o for _, o in owners.of(change.file)), None)
+            key: tuple[tuple[str, ...], str | None] = (owners.of(change.file), None)
         else:
             head, sep, _ = change.file.partition("/")
             key = ((), f"{head}/" if sep else "(root)")
