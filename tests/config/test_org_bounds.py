@@ -109,18 +109,21 @@ PERSONA_RULES = [
 ]
 
 
+def grant_viewer(org: Path, groups: str, resources: str, verbs: str) -> None:
+    """Give the example's viewer persona one more RBAC rule (flow-style lists)."""
+    viewer = (
+        "    viewer:\n      description: Read-only access to the team's jobs, pods and queue.\n"
+        "      kueue: none\n      rules:\n"
+    )
+    rule = f"        - {{apiGroups: {groups}, resources: {resources}, verbs: {verbs}}}\n"
+    edit(org / "rbac" / "personas.yaml", viewer, viewer + rule)
+
+
 @pytest.mark.parametrize(("groups", "resources", "verbs"), PERSONA_RULES)
 def test_no_persona_holds_what_the_rendered_objects_rely_on(
     org: Path, groups: str, resources: str, verbs: str
 ) -> None:
-    edit(
-        org / "rbac" / "personas.yaml",
-        "    viewer:\n      description: Read-only access to the team's jobs, pods and queue.\n"
-        "      kueue: none\n      rules:\n",
-        "    viewer:\n      description: Read-only access to the team's jobs, pods and queue.\n"
-        "      kueue: none\n      rules:\n"
-        f"        - {{apiGroups: {groups}, resources: {resources}, verbs: {verbs}}}\n",
-    )
+    grant_viewer(org, groups, resources, verbs)
     (problem,) = errors(org)
     assert (problem.code, problem.path) == ("rbac.forbidden", "spec.personas.viewer.rules[0]")
     assert f"{verbs.strip('[]')} on {resources.strip('[]')}" in problem.message
@@ -161,14 +164,7 @@ def test_the_org_replaces_the_forbidden_list(org: Path) -> None:
 def test_mpijobs_stay_off_personas_by_default_and_the_reason_says_why(org: Path) -> None:
     """MPIJobs are judged by the webhook now, but not counted against maxConcurrentJobs: the
     default keeps them forbidden and names that, instead of claiming the webhook never sees them."""
-    edit(
-        org / "rbac" / "personas.yaml",
-        "    viewer:\n      description: Read-only access to the team's jobs, pods and queue.\n"
-        "      kueue: none\n      rules:\n",
-        "    viewer:\n      description: Read-only access to the team's jobs, pods and queue.\n"
-        "      kueue: none\n      rules:\n"
-        "        - {apiGroups: [kubeflow.org], resources: [mpijobs], verbs: [create]}\n",
-    )
+    grant_viewer(org, "[kubeflow.org]", "[mpijobs]", "[create]")
     (problem,) = errors(org)
     assert "create on mpijobs: MPIJobs are judged like TrainJobs, but maxConcurrentJobs" in problem.message
     assert "never sees" not in problem.message
