@@ -24,7 +24,7 @@ COMPILED_TESTS ?= tests/policy tests/trainjob tests/admission/test_examples.py \
   tests/admission/test_review.py tests/admission/test_fuzz.py tests/admission/test_server.py \
   tests/test_catalogue.py tests/test_build.py tests/audit/test_records.py
 
-.PHONY: all demo test test-compiled compiled lint format docs lock system-deps venv clean help report-screenshot
+.PHONY: all demo test test-stages test-compiled compiled lint format docs lock system-deps venv clean help report-screenshot
 
 all: test
 
@@ -74,10 +74,24 @@ compiled: $(CSTAMP)
 test-compiled: compiled
 	MPIGATE_BUILD=compiled $(CBIN)/python -m pytest -q $(COMPILED_TESTS)
 
+# `make test` runs every stage even when one fails (CI shows every problem at once), then says
+# which stages failed, with each stage's time, and fails. A stage is the command in stage-NAME.
+TEST_STAGES ?= pytest lint compiled
+stage-pytest = $(BIN)/python -m pytest $(PYTEST_ARGS)
+stage-lint = $(MAKE) --no-print-directory lint
+stage-compiled = $(MAKE) --no-print-directory test-compiled
+
 test: system-deps venv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory lint
-	$(MAKE) --no-print-directory test-compiled
+	@$(MAKE) --no-print-directory test-stages
+
+test-stages:
+	@failed=""; summary=""; \
+	$(foreach stage,$(TEST_STAGES),echo "== make test: $(stage)"; start=$$SECONDS; \
+	  if $(stage-$(stage)); then result=ok; else result=FAILED; failed="$$failed $(stage)"; fi; \
+	  summary="$$summary $(stage):$$result($$((SECONDS - start))s)";) \
+	echo "== make test:$$summary"; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED stage(s):$$failed"; exit 1; fi; \
+	echo "make test: every stage passed"
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
