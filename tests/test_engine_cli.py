@@ -185,7 +185,8 @@ def test_outside_a_config_tree_explain_and_test_say_so(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    result = runner.invoke(cli, ["explain", str(EX / "minimal.yaml")])
+    job = shutil.copy(EX / "minimal.yaml", tmp_path / "job.yaml")  # no tree above it either
+    result = runner.invoke(cli, ["explain", str(job)])
     assert result.exit_code == 2
     assert result.stderr == not_a_tree(".", "pass one with --config PATH")
     result = runner.invoke(cli, ["test"])

@@ -86,9 +86,15 @@ def _ids(values: Iterable[Any]) -> list[str]:
 
 
 def run_case(
-    config: Config, suite: PolicyTestSuite, index: int, now: dt.datetime | None = None
+    config: Config,
+    suite: PolicyTestSuite,
+    index: int,
+    now: dt.datetime | None = None,
+    *,
+    namespace: str | None = None,
 ) -> CaseResult:
-    """Evaluate case ``index`` of ``suite`` and compare it with its expectations."""
+    """Evaluate case ``index`` of ``suite`` and compare it with its expectations. ``namespace``
+    is the case's namespace when neither the case nor its object names one."""
     case = thaw(suite.cases[index])
     location = str(suite.case_locations[index]) if index < len(suite.case_locations) else suite.file
     name = str(case.get("name", f"case {index}"))
@@ -100,7 +106,9 @@ def run_case(
         return CaseResult(suite.name, name, location, error=f"cannot read the object: {exc}")
     operation = case.get("operation", "CREATE")
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-    namespace = case.get("namespace") or (meta.get("namespace") if isinstance(meta, Mapping) else None)
+    namespace = (
+        case.get("namespace") or (meta.get("namespace") if isinstance(meta, Mapping) else None) or namespace
+    )
     user = case.get("user") or {}
     request = AdmissionInput(
         operation=operation,
@@ -201,11 +209,14 @@ def _overlaps(op_path: str, ptr: str) -> bool:
     return a[:shorter] == b[:shorter]
 
 
-def run_suites(config: Config, suites: Sequence[PolicyTestSuite] | None = None) -> list[SuiteResult]:
-    """Run every case of every suite (default: all suites of the config tree), in file order."""
+def run_suites(
+    config: Config, suites: Sequence[PolicyTestSuite] | None = None, *, namespace: str | None = None
+) -> list[SuiteResult]:
+    """Run every case of every suite (default: all suites of the config tree), in file order;
+    ``namespace`` for cases that name none."""
     results: list[SuiteResult] = []
     for suite in suites if suites is not None else config.tests:
-        cases = tuple(run_case(config, suite, i) for i in range(len(suite.cases)))
+        cases = tuple(run_case(config, suite, i, namespace=namespace) for i in range(len(suite.cases)))
         results.append(SuiteResult(suite.name, suite.file, cases))
     return results
 

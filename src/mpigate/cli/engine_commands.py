@@ -18,6 +18,7 @@ from mpigate.policytest import junit_xml, parse_time, run_suites
 
 from ._inputs import read_objects, unrouted
 from ._output import OUTPUT_OPTION, dump, echo_config_failure, echo_problems
+from ._root import config_root
 
 __all__ = ["explain_command", "test_command"]
 
@@ -79,10 +80,15 @@ def _parse_live(active_jobs: int | None, gpus: tuple[str, ...]) -> LiveContext |
 @click.option(
     "--config",
     "config_path",
-    default=".",
-    show_default=True,
     type=click.Path(path_type=Path),
-    help="The config tree (or bundle) to judge with.",
+    help="The config tree (or bundle) to judge with. Default: the tree at or above the working "
+    "directory, else at or above the first file (as git finds its repository).",
+)
+@click.option(
+    "-n",
+    "--namespace",
+    help="Namespace of objects that name none (as kubectl apply -n); an object in another "
+    "namespace is an error, as with kubectl.",
 )
 @click.option("--user", default="explain", show_default=True, help="Username of the requester.")
 @click.option("--group", "groups", multiple=True, help="Group of the requester (repeatable).")
@@ -117,7 +123,8 @@ def _parse_live(active_jobs: int | None, gpus: tuple[str, ...]) -> LiveContext |
 @OUTPUT_OPTION
 def explain_command(
     files: tuple[Path, ...],
-    config_path: Path,
+    config_path: Path | None,
+    namespace: str | None,
     user: str,
     groups: tuple[str, ...],
     operation: str,
@@ -138,12 +145,13 @@ def explain_command(
       mpigate explain examples/trainjobs/deny-over-quota.yaml
       mpigate explain job.yaml --operation UPDATE --old stored.yaml -o json
       mpigate explain job.yaml --active-jobs 5 --gpus-in-use a100-eu=15
+      mpigate explain sdk-job.yaml --namespace nlp-team   # an object that names no namespace
 
     Exit status: 0 every object allowed, 1 any object denied, 2 usage or config error (also an
     input file that is not valid YAML or holds no document: it is reported as file:line:col and
     the other files are still explained; 2 wins over 1).
     """
-    config = _load_config(config_path, "pass one with --config PATH")
+    config = _load_config(config_root(config_path, files), "pass one with --config PATH")
     try:
         now = parse_time(now_text) if now_text else None
     except ValueError:
@@ -168,6 +176,8 @@ def explain_command(
             if skipped is not None or not isinstance(data, Mapping):
                 click.echo(f"{document.file}:{document.line}: {skipped}", err=True)
                 continue
+            if namespace is not None:
+                data = _in_namespace(data, namespace, f"{document.file}:{document.line}")
             meta: Mapping[str, Any] = data["metadata"] if isinstance(data.get("metadata"), Mapping) else {}
             old = _match_old(old_docs, data)
             if operation in ("UPDATE",) and old is None:
@@ -209,6 +219,21 @@ def explain_command(
         )
         sys.exit(2)
     sys.exit(1 if denied else 0)
+
+
+def _in_namespace(data: Mapping[str, Any], namespace: str, where: str) -> Mapping[str, Any]:
+    """``data`` as the API server stores it when applied with ``-n namespace``: a namespaced
+    object without a namespace gets it; one in another namespace is refused (kubectl: "the
+    namespace from the provided object does not match the namespace sent on the request")."""
+    if data.get("kind") == "ClusterTrainingRuntime":
+        return data  # cluster-scoped
+    meta = data.get("metadata")
+    current = meta.get("namespace") if isinstance(meta, Mapping) else None
+    if current and current != namespace:
+        raise click.UsageError(
+            f"{where}: the object's namespace {current!r} does not match --namespace {namespace!r}"
+        )
+    return {**data, "metadata": {**(meta if isinstance(meta, Mapping) else {}), "namespace": namespace}}
 
 
 def _match_old(old_docs: list[Document], data: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -269,7 +294,10 @@ def _print_text(document: Document, decision: Decision, mutated: Any) -> None:
 
 
 @click.command("test")
-@click.argument("path", default=".", type=click.Path(path_type=Path, exists=True))
+@click.argument("path", required=False, type=click.Path(path_type=Path, exists=True))
+@click.option(
+    "-n", "--namespace", help="Namespace of cases whose case and object name none (as kubectl apply -n)."
+)
 @click.option(
     "--junit",
     "junit_file",
@@ -277,7 +305,7 @@ def _print_text(document: Document, decision: Decision, mutated: Any) -> None:
     help="Also write JUnit XML to this file (for CI).",
 )
 @OUTPUT_OPTION
-def test_command(path: Path, junit_file: Path | None, output: str) -> None:
+def test_command(path: Path | None, namespace: str | None, junit_file: Path | None, output: str) -> None:
     """Run the PolicyTest suites of a config tree (policies/tests/*.yaml by convention).
 
     Each case is evaluated exactly as the webhook would and compared with its `expect`.
@@ -291,11 +319,14 @@ def test_command(path: Path, junit_file: Path | None, output: str) -> None:
              patched: /metadata/labels/kueue.x-k8s.io~1queue-name is 'x', expected 'nlp-team'
       1 of 2 cases failed
 
+    Without PATH, the tree at or above the working directory (as git finds its repository).
+
     Exit status: 0 all cases pass, 1 any case fails, 2 config error.
     """
+    path = config_root(path)
     config = _load_config(path, "pass its path (`mpigate test PATH`)")
     started = dt.datetime.now(dt.UTC)
-    results = run_suites(config)
+    results = run_suites(config, namespace=namespace)
     elapsed = (dt.datetime.now(dt.UTC) - started).total_seconds()
     total = sum(len(s.cases) for s in results)
     failed = sum(s.failed for s in results)

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from pathlib import Path
 
-__all__ = ["IGNORE_FILE", "TOP_LEVEL_EXCLUDES", "discover"]
+__all__ = [
+    "IGNORE_FILE",
+    "TOP_LEVEL_EXCLUDES",
+    "discover",
+    "find_config_root",
+    "holds_org_policy",
+    "is_tree_root",
+]
 
 # Folders at the top of a config repository that hold things other than config: example objects,
 # Jinja templates, the install base, code, tests, build output. Config is recognised by
@@ -96,3 +104,55 @@ def discover(root: Path) -> list[Path]:
                 continue
             found.append(here / name)
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+# A line "kind: OrgPolicy" at the start of a line (a document's top level) in a file that names
+# mpigate's API group: cheap enough to run on every YAML file of a few directories.
+_ORG_POLICY = re.compile(r"^kind:[ \t]*[\"']?OrgPolicy[\"']?[ \t]*(#.*)?$", re.MULTILINE)
+_SNIFF_BYTES = 1 << 20
+
+
+def holds_org_policy(file: Path) -> bool:
+    """Whether the YAML file ``file`` holds an mpigate OrgPolicy document (a textual sniff)."""
+    try:
+        with file.open("rb") as handle:
+            text = handle.read(_SNIFF_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return "mpigate.io/" in text and _ORG_POLICY.search(text) is not None
+
+
+def _yaml_files(directory: Path) -> list[Path]:
+    try:
+        return sorted(
+            p for p in directory.iterdir() if p.name.endswith(_SUFFIXES) and not p.name.startswith(".")
+        )
+    except OSError:
+        return []
+
+
+def is_tree_root(directory: Path) -> bool:
+    """Whether ``directory`` is the root of a config tree: an OrgPolicy in one of its own YAML
+    files (a single-file bundle, a flat tree) or in ``policies/`` right below it (the layout
+    ``mpigate init`` writes). Deeper OrgPolicies make deeper roots: a directory holding trees is
+    not one."""
+    return any(holds_org_policy(f) for f in (*_yaml_files(directory), *_yaml_files(directory / "policies")))
+
+
+def find_config_root(start: Path) -> Path | None:
+    """The config tree at or above ``start`` (a directory, or a file's directory), as git finds
+    the repository a command runs in; None when there is none up to ``/``.
+
+    The nearest directory that looks like a root is taken, and then its parents as long as they
+    look like one too: ``policies/`` holding ``org.yaml`` is part of the tree above it.
+    """
+    here = start.resolve()
+    if not here.is_dir():
+        here = here.parent
+    found: Path | None = None
+    for directory in (here, *here.parents):
+        if is_tree_root(directory):
+            found = directory
+        elif found is not None:
+            break
+    return found

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .build import build_config
 from .crossfile import Entry, cross_file_problems
-from .discovery import discover
+from .discovery import IGNORE_FILE, discover
 from .model import Config
 from .problems import ConfigError, Location, Problem, Severity
 from .revision import tree_revision
@@ -68,6 +68,39 @@ def _display(path: Path, root: Path) -> str:
         return path.relative_to(base).as_posix()
     except ValueError:
         return path.as_posix()
+
+
+def _tree_of(file: str) -> str:
+    """The tree an OrgPolicy file belongs to, by the convention ``TREE/policies/org.yaml`` (or
+    ``TREE/org.yaml`` for a file right at the top): ``"."`` for the checked directory's own."""
+    parts = file.split("/")
+    return "/".join(parts[:-2]) if len(parts) > 2 else "."
+
+
+def _nested_trees(orgs: list[Entry]) -> list[Problem]:
+    """One problem per config tree found inside the checked one (its own OrgPolicy elsewhere)."""
+    trees: dict[str, Entry] = {}
+    for entry in orgs:
+        if not entry.builtin:
+            trees.setdefault(_tree_of(entry.doc.file), entry)
+    if len(trees) < 2:
+        return []  # one tree (two OrgPolicies in it are the cross-file check's "defined twice")
+    first, *others = sorted(trees)
+    problems = []
+    for tree in others:
+        entry = trees[tree]
+        problems.append(
+            Problem(
+                entry.doc.locate(()),
+                "(tree)",
+                f"a second config tree: {tree}/ has its own OrgPolicy (so has "
+                f"{trees[first].doc.file}); one directory holds one config tree",
+                "nested.tree",
+                hint=f"run mpigate inside one of them or pass its path (--config {tree}); to keep "
+                f"{tree}/ where it is, list it in {IGNORE_FILE}",
+            )
+        )
+    return problems
 
 
 def _dispatch(doc: Document, problems: list[Problem], ignored: list[str]) -> Entry | None:
@@ -193,6 +226,19 @@ def check_tree(path: str | Path, *, revision: str | None = None, today: dt.date 
             by_kind[kind].append(_builtin_entry(kind))
             builtins.append(kind)
 
+    nested = _nested_trees(by_kind.get("OrgPolicy", []))
+    if nested:
+        # Not one tree but several: every kind of each would be "defined twice" (93 errors from a
+        # checkout's parent). Say that instead, and nothing else.
+        return CheckResult(
+            str(root),
+            None,
+            tuple(problems + nested),
+            tuple(_display(f, root) for f in files),
+            documents,
+            tuple(ignored),
+            (),
+        )
     problems.extend(cross_file_problems(by_kind, root, today))
     display_files = tuple(_display(f, root) for f in files)
     has_errors = any(p.severity is Severity.ERROR for p in problems)

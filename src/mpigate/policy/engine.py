@@ -279,8 +279,26 @@ def _trainjob(
 
     findings: list[Finding] = []
     # A namespace cannot change on UPDATE, so MPG-TEAM-001 is judged on CREATE only.
-    if team is None and config.org.unmanaged_namespaces == "deny" and request.operation == "CREATE":
-        shown = namespace or "(none)"
+    if (
+        team is None
+        and config.org.unmanaged_namespaces == "deny"
+        and request.operation == "CREATE"
+        and not namespace
+    ):
+        # Only offline (explain, test): the API server always sends the namespace of the request.
+        findings.append(
+            Finding(
+                "MPG-TEAM-001",
+                "metadata.namespace",
+                "the TrainJob names no namespace, so it belongs to no team; this org admits "
+                "TrainJobs only in team namespaces (managedNamespaces.unmanaged: deny).",
+                "Set metadata.namespace to your team's namespace, or give it as kubectl does "
+                "(kubectl apply -n NAMESPACE; mpigate explain --namespace NAMESPACE).",
+                "no namespace",
+            )
+        )
+    elif team is None and config.org.unmanaged_namespaces == "deny" and request.operation == "CREATE":
+        shown = namespace
         findings.append(
             Finding(
                 "MPG-TEAM-001",
