@@ -133,19 +133,20 @@ def test_init_adds_a_team(runner: CliRunner, tmp_path: Path) -> None:
     tested = runner.invoke(cli, ["test", str(target)])
     assert tested.exit_code == 0, tested.output
     assert "all 4 cases passed in 2 suites" in tested.output
+    # config errors exit 2, as the README says
     again = runner.invoke(cli, ["init", str(target), "--team", "speech"])
-    assert again.exit_code == 1 and "already exists" in again.output
+    assert again.exit_code == 2 and "already exists" in again.output
     bad = runner.invoke(cli, ["init", str(target), "--team", "Bad_Name"])
-    assert bad.exit_code == 1 and "DNS-1123" in bad.output
+    assert bad.exit_code == 2 and "DNS-1123" in bad.output
     clash = runner.invoke(cli, ["init", str(target), "--team", "other", "--namespace", "ml-team"])
-    assert clash.exit_code == 1 and "already belongs to team 'ml-team'" in clash.output
+    assert clash.exit_code == 2 and "already belongs to team 'ml-team'" in clash.output
 
 
 def test_init_team_in_another_region_guides_the_admin(runner: CliRunner, tmp_path: Path) -> None:
     target = tmp_path / "org"
     assert runner.invoke(cli, ["init", str(target)]).exit_code == 0
     unknown = runner.invoke(cli, ["init", str(target), "--team", "cv-team", "--region", "us"])
-    assert unknown.exit_code == 1
+    assert unknown.exit_code == 2  # a config error (was 1)
     assert "region 'us' is not defined (known: eu)" in unknown.output
     assert "policies/org.yaml" in unknown.output
     org = target / "policies" / "org.yaml"
@@ -158,7 +159,7 @@ def test_init_team_in_another_region_guides_the_admin(runner: CliRunner, tmp_pat
         )
     )
     no_flavor = runner.invoke(cli, ["init", str(target), "--team", "cv-team", "--region", "us"])
-    assert no_flavor.exit_code == 1
+    assert no_flavor.exit_code == 2
     assert "region 'us' has no GPU flavor" in no_flavor.output
     assert "a100-us: {region: us" in no_flavor.output
     assert not (target / "quotas" / "cv-team.yaml").exists()  # nothing half-written
@@ -175,6 +176,84 @@ def test_init_team_in_another_region_guides_the_admin(runner: CliRunner, tmp_pat
     assert [q.flavor for q in config.teams["cv-team"].gpus.values()] == ["a100-us"]
     tested = runner.invoke(cli, ["test", str(target)])
     assert tested.exit_code == 0, tested.output
+
+
+def _set_capacity(tree: Path, gpus: int) -> None:
+    flavors = tree / "quotas" / "flavors.yaml"
+    text = flavors.read_text()
+    flavors.write_text(
+        text.replace("      gpusPerNode: 8\n", f"      gpusPerNode: 8\n      capacity: {gpus}\n", 1)
+    )
+
+
+def test_init_team_never_leaves_a_tree_that_fails_check(runner: CliRunner, tmp_path: Path) -> None:
+    """Before: the files of a team over the flavor's capacity were written, then init said
+    'the scaffolded tree does not pass `mpigate check`; please report this'."""
+    target = tmp_path / "org"
+    assert runner.invoke(cli, ["init", str(target)]).exit_code == 0  # ml-team: 8 GPUs
+    _set_capacity(target, 20)
+    second = runner.invoke(cli, ["init", str(target), "--team", "speech"])
+    assert second.exit_code == 0, second.output
+    assert (
+        "team speech: namespace speech, region eu, 8 GPUs of a100-eu, cohort shared-pool, " in second.output
+    )
+    assert "priority classes standard, network profile isolated" in second.output
+    # 4 GPUs are left: init takes those rather than a node's 8, and says so
+    third = runner.invoke(cli, ["init", str(target), "--team", "vision"])
+    assert third.exit_code == 0, third.output
+    assert "4 GPUs of a100-eu" in third.output
+    before = sorted(p.relative_to(target) for p in target.rglob("*"))
+    # nothing left: refused with the reason, nothing written
+    full = runner.invoke(cli, ["init", str(target), "--team", "audio"])
+    assert full.exit_code == 2
+    assert "flavor a100-eu has no GPU capacity left: its capacity is 20" in full.output
+    assert "ml-team 8, speech 8, vision 4" in full.output
+    # an explicit quota over the capacity: the would-be tree fails check, nothing written
+    over = runner.invoke(cli, ["init", str(target), "--team", "audio", "--gpus", "8"])
+    assert over.exit_code == 2
+    assert "adding team 'audio' would leave a tree that fails `mpigate check`, so nothing was written" in (
+        over.output
+    )
+    assert "adds up to 28 GPUs, above its capacity 20" in over.output
+    assert sorted(p.relative_to(target) for p in target.rglob("*")) == before
+    assert check_tree(target).ok
+    # --gpus 0 is a team without GPU quota (check warns, it does not fail)
+    assert runner.invoke(cli, ["init", str(target), "--team", "audio", "--gpus", "0"]).exit_code == 0
+    assert check_tree(target).ok
+
+
+def test_init_team_takes_cohort_and_priority_classes(runner: CliRunner, tmp_path: Path) -> None:
+    target = tmp_path / "org"
+    assert runner.invoke(cli, ["init", str(target)]).exit_code == 0
+    unknown = runner.invoke(cli, ["init", str(target), "--team", "speech", "--cohort", "nope"])
+    assert unknown.exit_code == 2 and "cohort 'nope' is not defined (known: shared-pool)" in unknown.output
+    bad_class = runner.invoke(
+        cli, ["init", str(target), "--team", "speech", "--priority-class", "nope-class"]
+    )
+    assert bad_class.exit_code == 2 and "priority class 'nope-class' is not defined" in bad_class.output
+    fresh = runner.invoke(cli, ["init", str(tmp_path / "new"), "--cohort", "x"])
+    assert fresh.exit_code == 2 and "apply when adding a team" in fresh.output
+    ok = runner.invoke(
+        cli, ["init", str(target), "--team", "speech", "--gpus", "2", "--cohort", "shared-pool"]
+    )
+    assert ok.exit_code == 0, ok.output
+    config = check_tree(target).config
+    assert config is not None
+    assert [q.nominal for q in config.teams["speech"].gpus.values()] == [2]
+
+
+def test_init_team_in_a_tree_with_errors_says_which(runner: CliRunner, tmp_path: Path) -> None:
+    target = tmp_path / "org"
+    assert runner.invoke(cli, ["init", str(target)]).exit_code == 0
+    quota = target / "quotas" / "ml-team.yaml"
+    quota.write_text(quota.read_text().replace("maxConcurrentJobs: 5", "maxConcurrentJobs: many"))
+    result = runner.invoke(cli, ["init", str(target), "--team", "speech"])
+    assert result.exit_code == 2
+    assert "has 1 config error(s), and init adds a team only to a tree that passes `mpigate check`" in (
+        result.output
+    )
+    assert "quotas/ml-team.yaml:" in result.output and "maxConcurrentJobs" in result.output
+    assert not (target / "quotas" / "speech.yaml").exists()
 
 
 def test_check_warns_about_a_team_without_gpu_quota(runner: CliRunner, tmp_path: Path) -> None:
@@ -195,7 +274,7 @@ def test_init_refuses_to_overwrite(runner: CliRunner, tmp_path: Path) -> None:
     target = tmp_path / "org"
     assert runner.invoke(cli, ["init", str(target)]).exit_code == 0
     result = runner.invoke(cli, ["init", str(target)])
-    assert result.exit_code == 1 and "already holds a config tree" in result.output
+    assert result.exit_code == 2 and "already holds a config tree" in result.output
 
 
 def test_init_example_copies_the_example_org(runner: CliRunner, tmp_path: Path) -> None:
@@ -222,7 +301,7 @@ def test_init_install_base_writes_the_kustomize_base(runner: CliRunner, tmp_path
     ).read_text()
     assert check_tree(target).problems == ()  # webhooks/ is not read as config
     again = runner.invoke(cli, ["init", str(target), "--install-base"])
-    assert again.exit_code == 1 and "already exists (use --force to overwrite)" in again.output
+    assert again.exit_code == 2 and "already exists (use --force to overwrite)" in again.output
     deploy = tmp_path / "deploy-repo"  # not a config tree: only the base is written
     (deploy / "rendered").mkdir(parents=True)
     alone = runner.invoke(cli, ["init", str(deploy), "--install-base"])
@@ -232,7 +311,7 @@ def test_init_install_base_writes_the_kustomize_base(runner: CliRunner, tmp_path
     rendered = tmp_path / "rendered"  # render would delete files it did not write
     assert runner.invoke(cli, ["render", str(target), "-o", str(rendered)]).exit_code == 0
     into_render = runner.invoke(cli, ["init", str(rendered), "--install-base"])
-    assert into_render.exit_code == 1 and "is a `mpigate render` output" in into_render.output
+    assert into_render.exit_code == 2 and "is a `mpigate render` output" in into_render.output
     assert not (rendered / "webhooks").exists()
     fresh = tmp_path / "demo"
     both = runner.invoke(cli, ["init", str(fresh), "--example", "--install-base"])

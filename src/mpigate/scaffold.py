@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import jinja2
 
 from ._resources import data_path
-from .config import check_tree, is_config_tree
+from .config import Config, Severity, check_tree, is_config_tree
 from .render import MARKER_FILE
 
 __all__ = ["ScaffoldError", "Written", "add_team", "copy_example", "copy_install_base", "init_tree"]
@@ -30,6 +31,7 @@ class ScaffoldError(Exception):
 @dataclass(frozen=True)
 class Written:
     files: tuple[Path, ...]
+    chosen: str = ""  # what init decided for the admin (said after the files)
 
 
 def _env() -> jinja2.Environment:
@@ -67,6 +69,7 @@ def init_tree(
     team: str = "ml-team",
     region: str = "eu",
     region_label: str = "eu-west-1",
+    gpus: int | None = None,
     force: bool = False,
 ) -> Written:
     """Write a new config tree with a starter org and one team; ``check`` accepts it."""
@@ -114,8 +117,8 @@ def init_tree(
             force,
         )
     )
-    team_files = add_team(directory, team, region=region, flavor=flavor, force=force, _fresh=True)
-    return Written(tuple(written) + team_files.files)
+    team_files = add_team(directory, team, region=region, flavor=flavor, gpus=gpus, force=force, _fresh=True)
+    return Written(tuple(written) + team_files.files, team_files.chosen)
 
 
 def add_team(
@@ -126,16 +129,28 @@ def add_team(
     region: str | None = None,
     flavor: str | None = None,
     profile: str | None = None,
+    gpus: int | None = None,
+    cohort: str | None = None,
+    priority_classes: tuple[str, ...] = (),
     force: bool = False,
     _fresh: bool = False,
 ) -> Written:
-    """Add quota, access, network and a first TrainJob for ``team`` to an existing tree."""
+    """Add quota, access, network and a first TrainJob for ``team`` to an existing tree.
+
+    The existing tree must pass ``check`` (its regions, flavors, cohorts and priority classes are
+    read from it). The files are written only when the tree with them still passes ``check``;
+    otherwise nothing is written and the error says why (e.g. the flavor's capacity). ``gpus``,
+    ``cohort`` and ``priority_classes`` override what init would choose: one node's GPUs of the
+    region's first GPU flavor (less when the flavor's capacity has less left), the tree's first
+    cohort and first priority class. ``Written.chosen`` says what was chosen.
+    """
     _check_name("team", team)
     namespace = namespace or team
     _check_name("namespace", namespace)
-    cohort: str | None = None
-    priority_classes: list[str] = ["standard"]
+    chosen_cohort: str | None = None
+    classes: list[str] = list(priority_classes) or ["standard"]
     personas = ["data-scientist", "mlops-engineer", "viewer"]
+    team_gpus = 8 if gpus is None else gpus
     image = f"{_STARTER_REGISTRY}/{team}/train:0.1.0"
     if not _fresh:
         result = check_tree(directory)
@@ -143,8 +158,14 @@ def add_team(
         if config is None:
             if not is_config_tree(result.problems):
                 raise ScaffoldError(f"{directory} has no OrgPolicy; run `mpigate init {directory}` first")
+            # Decided: no team is added to a tree with errors. init reads the regions, flavors,
+            # cohorts and priority classes from the tree, and could not tell its own errors from
+            # the tree's.
+            errors = [str(p) for p in result.problems if p.severity is Severity.ERROR]
+            shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
             raise ScaffoldError(
-                f"{directory} has config errors; fix them first (`mpigate check {directory}`)"
+                f"{directory} has {len(errors)} config error(s), and init adds a team only to a tree "
+                f"that passes `mpigate check` (it reads regions, flavors and cohorts from it): {shown}"
             )
         if team in config.teams:
             raise ScaffoldError(f"team {team!r} already exists ({config.teams[team].source})")
@@ -172,22 +193,37 @@ def add_team(
                 f"flavor {flavor!r} is not a GPU flavor of region {region!r}"
                 + (f" (known: {', '.join(in_region)})" if in_region else "")
             )
-        cohort = config.cohorts[0] if config.cohorts else None
-        priority_classes = list(config.org.priority_classes)[:1]
+        if gpus is None:
+            team_gpus = _gpus_left(config, flavor)
+        if cohort is not None and cohort not in config.cohorts:
+            raise ScaffoldError(
+                f"cohort {cohort!r} is not defined (known: {', '.join(config.cohorts) or 'none'}); add it "
+                "to spec.cohorts of the GPUFlavors file"
+            )
+        chosen_cohort = cohort if cohort is not None else (config.cohorts[0] if config.cohorts else None)
+        unknown = [c for c in priority_classes if c not in config.org.priority_classes]
+        if unknown:
+            raise ScaffoldError(
+                f"priority class {unknown[0]!r} is not defined (known: "
+                f"{', '.join(config.org.priority_classes)}); add it under spec.priorityClasses in "
+                f"{config.org.source.file}"
+            )
+        classes = list(priority_classes) or list(config.org.priority_classes)[:1]
         personas = [p for p in personas if p in config.personas] or list(config.personas)[:1]
         profile = profile or config.default_network_profile
         if config.org.images.allowed_registries:
             image = f"{config.org.images.allowed_registries[0]}/{team}/train:0.1.0"
     else:
-        cohort = "shared-pool"
+        chosen_cohort = cohort or "shared-pool"
     env = _env()
     context = {
         "team": team,
         "namespace": namespace,
         "region": region,
         "flavor": flavor,
-        "cohort": cohort,
-        "priority_classes": priority_classes,
+        "gpus": team_gpus,
+        "cohort": chosen_cohort,
+        "priority_classes": classes,
         "personas": personas,
         "profile": profile or "isolated",
         "image": image,
@@ -199,35 +235,94 @@ def add_team(
         "team/trainjob.yaml.j2": directory / "examples" / "trainjobs" / f"hello-{team}.yaml",
         "team/policytest.yaml.j2": directory / "policies" / "tests" / f"{team}.yaml",
     }
-    previous = {path: path.read_bytes() for path in targets.values() if path.is_file()}
-    written = [
-        _write(path, env.get_template(name).render(**context), force) for name, path in targets.items()
-    ]
-    if _fresh:
-        return Written(tuple(written))
+    texts = {path: env.get_template(name).render(**context) for name, path in targets.items()}
+    for path in texts:
+        if path.exists() and not force:
+            raise ScaffoldError(f"{path} already exists (use --force to overwrite)")
+    # The team's admins approve their own files: CODEOWNERS gains the team's lines (judged with
+    # the rest before anything is written).
     codeowners = directory / "CODEOWNERS"
-    owners_before = codeowners.read_bytes() if codeowners.is_file() else None
-    if owners_before is not None:
-        lines = _codeowners_team_lines(env, owners_before.decode("utf-8", "replace"), team)
+    texts_after = dict(texts)
+    if not _fresh and codeowners.is_file():
+        before = codeowners.read_text(encoding="utf-8", errors="replace")
+        lines = _codeowners_team_lines(env, before, team)
         if lines:
-            codeowners.write_bytes(owners_before.rstrip(b"\n") + b"\n" + lines.encode("utf-8"))
-            written.append(codeowners)
-    # The org bounds what a team may say (namespaces, quota limits, ...): a team the tree would
-    # refuse is not written at all.
-    problems = [p for p in check_tree(directory).errors if p.location.file in _relative(directory, written)]
-    if problems:
-        for path in written:
-            if path == codeowners and owners_before is not None:
-                path.write_bytes(owners_before)
-            elif path in previous:
-                path.write_bytes(previous[path])
-            else:
-                path.unlink()
+            texts_after = {**texts, codeowners: before.rstrip("\n") + "\n" + lines}
+    if not _fresh:
+        _check_would_be(directory, texts_after, team)
+    written = [_write(path, text, force) for path, text in texts.items()]
+    if codeowners in texts_after:
+        codeowners.write_text(texts_after[codeowners], encoding="utf-8")
+        written.append(codeowners)
+    chosen = (
+        f"team {team}: namespace {namespace}, region {region}, "
+        + (f"{team_gpus} GPUs of {flavor}" if flavor else "no GPU quota")
+        + f", cohort {chosen_cohort or 'none'}, priority classes {', '.join(classes) or 'none'}, "
+        f"network profile {context['profile']} (change them in {targets['team/quotas.yaml.j2'].name} "
+        "and the team's other files, or pass --gpus, --cohort, --priority-class)"
+    )
+    return Written(tuple(written), chosen)
+
+
+def _gpus_left(config: Config, flavor: str | None) -> int:
+    """One node's GPUs of ``flavor``, or what its capacity has left when that is less."""
+    if flavor is None:
+        return 0
+    spec = config.flavors[flavor]
+    wanted = spec.gpus_per_node or 8
+    if spec.capacity is None:
+        return wanted
+    used = {
+        name: quota.nominal
+        for name, t in config.teams.items()
+        for quota in t.gpus.values()
+        if quota.flavor == flavor
+    }
+    left = spec.capacity - sum(used.values())
+    if left <= 0:
+        teams = ", ".join(f"{name} {n}" for name, n in sorted(used.items()))
+        raise ScaffoldError(
+            f"flavor {flavor} has no GPU capacity left: its capacity is {spec.capacity} and the teams' "
+            f"nominal quotas take {sum(used.values())} ({teams}); raise spec.flavors.{flavor}.capacity in "
+            f"{spec_file(config)}, lower a team's quota, or pass --gpus 0 (a team without GPU quota)"
+        )
+    return min(wanted, left)
+
+
+def spec_file(config: Config) -> str:
+    """The GPUFlavors file of the tree (for messages)."""
+    return next((f for f in config.files if "flavor" in Path(f).name), "the GPUFlavors file")
+
+
+_NOT_COPIED = frozenset({".git", "build", "dist", "deploy", "node_modules", ".venv", "venv"})
+
+
+def _check_would_be(directory: Path, texts: dict[Path, str], team: str) -> None:
+    """Refuse, writing nothing, when ``directory`` with ``texts`` written would fail ``check``."""
+    with tempfile.TemporaryDirectory(prefix="mpigate-init-") as tmp:
+        copy = Path(tmp) / "tree"
+        shutil.copytree(
+            directory,
+            copy,
+            symlinks=True,
+            ignore=lambda _dir, names: [n for n in names if n in _NOT_COPIED],
+        )
+        for path, text in texts.items():
+            target = copy / path.relative_to(directory)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        errors = [p for p in check_tree(copy).problems if p.severity is Severity.ERROR]
+    if errors and {p.location.file for p in errors} <= _relative(directory, list(texts)):
+        # only the team's own files: the org bounds what a team may say (namespaces, limits, ...)
         raise ScaffoldError(
             f"the org does not allow team {team!r} as asked; nothing was written:\n"
-            + "\n".join(f"  {p}" for p in problems)
+            + "\n".join(f"  {p}" for p in errors)
         )
-    return Written(tuple(written))
+    if errors:
+        raise ScaffoldError(
+            f"adding team {team!r} would leave a tree that fails `mpigate check`, so nothing was "
+            "written: " + "; ".join(str(p) for p in errors)
+        )
 
 
 def _relative(directory: Path, paths: list[Path]) -> set[str]:

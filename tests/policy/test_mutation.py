@@ -4,13 +4,17 @@ other managers' runtime patches."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from mpigate.config import Config
+from mpigate.config import Config, load
 from mpigate.policy import apply_patch
 from mpigate.trainjob.resolve import MPIGATE_MANAGER
+from tests.conftest import FIXTURES, TODAY
 from tests.policy.helpers import decide, example_org, fixture_org, ids, read, runtime_patch, trainjob
 
 
@@ -64,8 +68,18 @@ def test_mutation_is_idempotent_on_every_example(org: Config) -> None:
         assert decide(org, once).patch == (), path
 
 
-def test_security_defaults_are_injected_where_a_patch_may_set_them() -> None:
-    config = fixture_org()
+def test_security_defaults_are_injected_where_a_patch_may_set_them(tmp_path: Path) -> None:
+    # The fixture org with a runtime that sets no security fields at all (the fixture's own runtime
+    # is restricted-compliant as written, so that `mpigate check` passes it).
+    tree = tmp_path / "org"
+    shutil.copytree(FIXTURES / "config" / "base", tree)
+    runtime_file = tree / "policies" / "runtimes" / "mpi-fixture.yaml"
+    runtime = yaml.safe_load(runtime_file.read_text())
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    del pod["securityContext"]
+    del pod["containers"][0]["securityContext"]
+    runtime_file.write_text(yaml.safe_dump(runtime))
+    config = load(tree, revision="test", today=TODAY)
     job = read(config.root + "/jobs/hello.yaml")
     job["spec"]["runtimePatches"] = [
         runtime_patch(
