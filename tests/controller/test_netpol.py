@@ -89,6 +89,7 @@ def test_isolated_job_gets_all_tcp_among_its_pods_dns_and_team_egress(org: Confi
         },
         {"to": [{"ipBlock": {"cidr": "10.20.0.0/24"}}], "ports": [{"protocol": "TCP", "port": 443}]},
         {"to": [{"ipBlock": {"cidr": "10.40.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 443}]},
+        {"to": [{"ipBlock": {"cidr": "10.50.0.10/32"}}], "ports": [{"protocol": "TCP", "port": 3128}]},
         {"to": [{"ipBlock": {"cidr": "192.0.2.0/28"}}], "ports": [{"protocol": "TCP", "port": 443}]},
     ]
     assert policy["metadata"]["annotations"]["mpigate.io/network-profile"] == "isolated"

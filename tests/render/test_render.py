@@ -260,6 +260,7 @@ def test_network_policies(example_rendering: Rendering) -> None:
     assert [(e["to"][0]["ipBlock"]["cidr"], e["ports"]) for e in egress] == [
         ("10.20.0.0/24", [{"port": 443, "protocol": "TCP"}]),
         ("10.40.0.0/16", [{"port": 443, "protocol": "TCP"}]),
+        ("10.50.0.10/32", [{"port": 3128, "protocol": "TCP"}]),  # the Hugging Face proxy (hf://)
         ("192.0.2.0/28", [{"port": 443, "protocol": "TCP"}]),
     ]
 

@@ -197,6 +197,7 @@ def _egress(rule: Mapping[str, Any]) -> EgressRule:
         ports=tuple(rule.get("ports", ())),
         protocol=rule["protocol"],
         description=rule.get("description", ""),
+        serves=tuple(rule.get("serves", ())),
     )
 
 

@@ -345,6 +345,7 @@ class EgressRule:
     ports: tuple[int, ...]
     protocol: str
     description: str = ""
+    serves: tuple[str, ...] = ()  # data locations behind it (check's reachability warning)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from .ownership import check_ownership
 from .policytests import check_tests
 from .quotalimits import check_quota_limits
 from .quotas import check_quotas
+from .reachability import check_reachability
 from .runtimes import check_runtimes
 
 __all__ = ["SYSTEM_NAMESPACES", "Entry", "cross_file_problems"]
@@ -80,6 +81,7 @@ def cross_file_problems(
     check_personas(c, tree)
     check_access(c, tree, list(by_kind.get("TeamAccess", [])))
     check_networks(c, tree, list(by_kind.get("TeamNetwork", [])))
+    check_reachability(c, tree, list(by_kind.get("TeamNetwork", [])))
     check_exceptions(c, tree, list(by_kind.get("PolicyException", [])), list(by_kind.get("TeamAccess", [])))
     check_runtimes(c, tree, [*by_kind.get("ClusterTrainingRuntime", []), *by_kind.get("TrainingRuntime", [])])
     check_tests(c, tree, list(by_kind.get("PolicyTest", [])))
