@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,16 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 # The day the fixtures are judged on (exception expiry); keeps the suite independent of the clock.
 TODAY = dt.date(2026, 11, 22)
+# The example org's config folders and examples: a tree `mpigate check` loads as a whole.
+ORG_DIRS = ("policies", "quotas", "rbac", "networkpolicies", "examples")
+
+
+def copy_org(target: Path) -> Path:
+    """Copy the example org's config folders and examples (not its tests or build output) into
+    ``target``, a tree of its own that a test may edit."""
+    for name in ORG_DIRS:
+        shutil.copytree(REPO / name, target / name)
+    return target
 
 
 def upstream_dir() -> Path | None:
@@ -65,3 +76,9 @@ def fill_disk(path: Path) -> None:
     with path.open("wb", buffering=0) as fh:
         while True:
             fh.write(b"\0" * 4096)
+
+
+@pytest.fixture
+def org_tree(tmp_path: Path) -> Path:
+    """A copy of the example org in the test's temporary directory."""
+    return copy_org(tmp_path)

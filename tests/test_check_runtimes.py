@@ -17,14 +17,10 @@ from mpigate.policy import apply_patch
 from mpigate.runtime_admission import RuntimeVerdict, judge_runtimes
 from tests.conftest import REPO
 
-TREE_DIRS = ("policies", "quotas", "rbac", "networkpolicies", "examples")
-
 
 @pytest.fixture
-def tree(tmp_path: Path) -> Path:
-    for name in TREE_DIRS:
-        shutil.copytree(REPO / name, tmp_path / name)
-    return tmp_path
+def tree(org_tree: Path) -> Path:
+    return org_tree
 
 
 def _loose_runtime(tree: Path) -> Path:

@@ -15,17 +15,7 @@ from click.testing import CliRunner
 from mpigate.cli import cli
 from mpigate.config import check_tree
 from mpigate.config.discovery import find_config_root, is_tree_root
-from tests.conftest import REPO
-
-TREE_DIRS = ("policies", "quotas", "rbac", "networkpolicies", "examples")
-
-
-def copy_org(target: Path) -> Path:
-    """The example org's config folders and examples (not its tests or build output)."""
-    for name in TREE_DIRS:
-        shutil.copytree(REPO / name, target / name)
-    return target
-
+from tests.conftest import REPO, copy_org
 
 JOB = "examples/trainjobs/llm-finetune.yaml"
 

@@ -4,7 +4,6 @@ llm-finetune was admitted and then hung at its model initializer)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,14 +11,10 @@ import pytest
 from mpigate.config import check_tree, load
 from tests.conftest import REPO, TODAY
 
-TREE_DIRS = ("policies", "quotas", "rbac", "networkpolicies", "examples")
-
 
 @pytest.fixture
-def tree(tmp_path: Path) -> Path:
-    for name in TREE_DIRS:
-        shutil.copytree(REPO / name, tmp_path / name)
-    return tmp_path
+def tree(org_tree: Path) -> Path:
+    return org_tree
 
 
 def warnings_of(tree: Path) -> list[str]:
