@@ -383,7 +383,7 @@ def test_init_refuses_a_team_the_org_does_not_allow_and_writes_nothing(
     assert runner.invoke(cli, ["init", str(target)]).exit_code == 0
     before = {p.relative_to(target).as_posix(): p.read_bytes() for p in target.rglob("*") if p.is_file()}
     result = runner.invoke(cli, ["init", str(target), "--team", "speech", "--namespace", "argocd"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a config error (README: exit 2)
     assert "the org does not allow team 'speech' as asked; nothing was written" in result.output
     assert "quotas/speech.yaml:7:16: spec.namespaces[0]: namespace 'argocd' is reserved" in result.output
     after = {p.relative_to(target).as_posix(): p.read_bytes() for p in target.rglob("*") if p.is_file()}
