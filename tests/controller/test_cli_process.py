@@ -64,8 +64,10 @@ async def test_runs_from_a_kubeconfig_and_stops_on_sigterm(
         stderr=asyncio.subprocess.STDOUT,
     )
     try:
+        # 300 s: only a failing test waits it out; under a load of 20 on two cores the controller's
+        # start (a new Python importing kopf and mpigate) took longer than 30 s.
         await wait_for(
-            lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"), timeout=30, what="policy"
+            lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"), timeout=300, what="policy"
         )
         holder = alive(kmock, *LEASE)["spec"]["holderIdentity"]
         assert holder.startswith("ctl-pod-")
@@ -78,7 +80,7 @@ async def test_runs_from_a_kubeconfig_and_stops_on_sigterm(
         }
         assert auth == {"Bearer s3cr3t-token"}  # kopf's watch and the controller's create
         process.send_signal(signal.SIGTERM)
-        output, _ = await asyncio.wait_for(process.communicate(), 30)
+        output, _ = await asyncio.wait_for(process.communicate(), 120)
     finally:
         if process.returncode is None:
             process.kill()
