@@ -54,6 +54,7 @@ import yaml
 
 from mpigate.admission.certs import issue_certificates
 from mpigate.admission.client import ReviewClient, apply_review_patch, make_review
+from mpigate.audit import generate_key
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -314,7 +315,13 @@ def start_baseline(
 
 
 def start_mpigate(
-    tmp: Path, cert: Path, key: Path, audit: bool, workers: int = 1, python: str = sys.executable
+    tmp: Path,
+    cert: Path,
+    key: Path,
+    audit: bool,
+    workers: int = 1,
+    python: str = sys.executable,
+    extra: list[str] | tuple[str, ...] = (),
 ) -> tuple[subprocess.Popen[bytes], int, bool | None]:
     """``mpigate serve``; returns the process, its port and whether its build is compiled (from
     its ``starting`` record; None when it does not say)."""
@@ -326,8 +333,9 @@ def start_mpigate(
     ]  # fmt: skip
     if audit:
         keyfile = tmp / "audit.key"
-        keyfile.write_bytes(__import__("base64").b64encode(os.urandom(32)) + b"\n")
+        keyfile.write_bytes(generate_key("ed25519")[0])  # the example org signs with ed25519
         args += ["--audit-dir", str(tmp / "audit"), "--audit-key", str(keyfile)]
+    args += list(extra)
     with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(args, stderr=log, stdout=subprocess.DEVNULL)
     end = time.monotonic() + 30

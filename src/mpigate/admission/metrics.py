@@ -98,6 +98,24 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.connections_open = Gauge(
+            "mpigate_admission_connections_open",
+            "Client connections held now (TLS handshakes included).",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.connections_refused = Counter(
+            "mpigate_admission_connections_refused",
+            "Connections closed unserved: per-client (over the per-address cap), resources (accept failed).",
+            ["reason"],
+            registry=r,
+        )
+        self.connection_timeouts = Counter(
+            "mpigate_admission_connection_timeouts",
+            "Connections closed for missing a read deadline, by phase (handshake, headers, body).",
+            ["phase"],
+            registry=r,
+        )
         # Label children already used (label values are bounded: endpoints, kinds, operations,
         # decisions, catalogue rules and modes).
         self._review_children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}

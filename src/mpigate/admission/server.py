@@ -27,6 +27,14 @@ from typing import Any, Final
 from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from .guard import (
+    ConnectionLimits,
+    GuardedSite,
+    RateLimitedLog,
+    close_after_answer,
+    request_finished,
+    request_started,
+)
 from .kube import KubeClient, KubeConfig
 from .live import KubeLiveSource, LiveSource
 from .logjson import fields
@@ -65,6 +73,8 @@ class RequestIds:
 SERVICE_KEY: Final = web.AppKey("service", AdmissionService)
 STATE_KEY: Final = web.AppKey("state", dict)
 MAX_BODY_KEY: Final = web.AppKey("max_body", int)
+LIMITS_KEY: Final = web.AppKey("limits", ConnectionLimits)
+BAD_LOG_KEY: Final = web.AppKey("bad_log", RateLimitedLog)
 REQUEST_IDS_KEY: Final = web.AppKey("request_ids", RequestIds)
 REQUEST_ID_KEY: Final = web.RequestKey("request_id", str)
 
@@ -80,6 +90,7 @@ async def _request_middleware(
     incoming = request.headers.get(REQUEST_ID_HEADER, "")
     request_id = incoming if incoming and _SAFE_ID.match(incoming) else request.app[REQUEST_IDS_KEY].new()
     request[REQUEST_ID_KEY] = request_id
+    request_started(request)
     try:
         response = await handler(request)
     except web.HTTPException as exc:  # routing (404/405) and aiohttp's own limits
@@ -87,6 +98,8 @@ async def _request_middleware(
     except Exception:
         log.exception("unhandled error", extra=fields(request_id=request_id, path=request.path))
         response = _json(status_body(500, f"internal error (request id {request_id})"), 500)
+    finally:
+        request_finished(request)
     response.headers[REQUEST_ID_HEADER] = request_id
     return response
 
@@ -95,11 +108,17 @@ def _bad(request: web.Request, stage: str, status: int, message: str, reason: st
     service = request.app[SERVICE_KEY]
     request_id = request[REQUEST_ID_KEY]
     service.metrics.bad_requests.labels(stage, reason).inc()
-    log.warning(
+    request.app[BAD_LOG_KEY].log(
+        logging.WARNING,
+        reason,
         "%s: %s",
         request.path,
         message,
-        extra=fields(event="bad_request", request_id=request_id, status=status, reason=reason, stage=stage),
+        event="bad_request",
+        request_id=request_id,
+        status=status,
+        reason=reason,
+        stage=stage,
     )
     return _json(status_body(status, f"{message} (request id {request_id})"), status)
 
@@ -157,7 +176,16 @@ def _review_handler(stage: Stage) -> Callable[[web.Request], Awaitable[web.Strea
                 "content-encoding",
             )
         try:
-            body = await request.read()
+            async with asyncio.timeout(request.app[LIMITS_KEY].body_timeout):
+                body = await request.read()
+        except TimeoutError:
+            request.app[SERVICE_KEY].metrics.connection_timeouts.labels("body").inc()
+            response = _bad(
+                request, stage, 408, "the body did not arrive within its deadline", "body-timeout"
+            )
+            response.force_close()
+            close_after_answer(request)
+            return response
         except web.HTTPRequestEntityTooLarge:
             return _bad(request, stage, 413, f"body exceeds {max_body} bytes", "too-large")
         except (
@@ -198,12 +226,16 @@ async def _metrics(request: web.Request) -> web.StreamResponse:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
-def build_app(service: AdmissionService, *, max_body: int = DEFAULT_MAX_BODY) -> web.Application:
+def build_app(
+    service: AdmissionService, *, max_body: int = DEFAULT_MAX_BODY, limits: ConnectionLimits | None = None
+) -> web.Application:
     """The aiohttp application for ``service``."""
     app = web.Application(client_max_size=max_body, middlewares=[_request_middleware])
     app[SERVICE_KEY] = service
     app[STATE_KEY] = {"draining": False}
     app[MAX_BODY_KEY] = max_body
+    app[LIMITS_KEY] = limits or ConnectionLimits()
+    app[BAD_LOG_KEY] = RateLimitedLog(log)
     app[REQUEST_IDS_KEY] = RequestIds()
     app.router.add_post(MUTATE_PATH, _review_handler("mutate"))
     app.router.add_post(VALIDATE_PATH, _review_handler("validate"))
@@ -224,6 +256,7 @@ class ServeOptions:
     port: int = DEFAULT_PORT
     insecure_dev: bool = False
     max_body: int = DEFAULT_MAX_BODY
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     settings: ServiceSettings = field(default_factory=ServiceSettings)
     reload_interval: float = 2.0
     reload_debounce: float = 0.5
@@ -280,8 +313,9 @@ class WebhookServer:
             executor=self._executor,
             clock=clock,
         )
-        self.app = build_app(self.service, max_body=options.max_body)
+        self.app = build_app(self.service, max_body=options.max_body, limits=options.limits)
         self._runner: web.AppRunner | None = None
+        self.site: GuardedSite | None = None
         self._reloader: asyncio.Task[None] | None = None
         self.port: int | None = None
 
@@ -308,19 +342,25 @@ class WebhookServer:
         if self.service.live is not None:
             await self.service.live.start()
         self._runner = web.AppRunner(
-            self.app, handle_signals=False, access_log=None, shutdown_timeout=self.options.shutdown_timeout
+            self.app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=self.options.shutdown_timeout,
+            keepalive_timeout=self.options.limits.keepalive_timeout,
         )
         await self._runner.setup()
-        site = web.TCPSite(
+        self.site = GuardedSite(
             self._runner,
             self.options.host,
             self.options.port,
+            limits=self.options.limits,
+            metrics=self.metrics,
             ssl_context=self.ssl_context,
             backlog=1024,
-            reuse_port=True if self.options.reuse_port else None,
+            reuse_port=self.options.reuse_port,
         )
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
+        await self.site.start()
+        self.port = self.site.port
         self._reloader = asyncio.create_task(self._reload_loop(), name="mpigate-reload")
         revision = self.store.current.revision if self.store.current else None
         if self.options.worker is None:

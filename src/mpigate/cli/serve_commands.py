@@ -32,6 +32,7 @@ from mpigate.admission.client import (
     replay,
     summarize,
 )
+from mpigate.admission.guard import ConnectionLimits
 from mpigate.admission.kube import KubeConfig, KubeConfigError, in_cluster_config, load_kubeconfig
 from mpigate.admission.logjson import JsonFormatter, fields
 from mpigate.admission.metrics import Metrics
@@ -265,6 +266,37 @@ def _kube_config(kubeconfig: Path | None, context: str | None, live: bool) -> Ku
     "--live-timeout", default="500ms", show_default=True, type=Duration(), help="Budget for live lookups."
 )
 @click.option("--max-body", default="3MiB", show_default=True, type=ByteSize(), help="Largest request body.")
+@click.option(
+    "--max-connections",
+    default=ConnectionLimits.max_connections,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Connections held at once; more wait in the listen backlog.",
+)
+@click.option(
+    "--max-connections-per-client",
+    default=ConnectionLimits.max_connections_per_client,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Connections one client address may hold; more are closed.",
+)
+@click.option(
+    "--handshake-timeout", default="10s", show_default=True, type=Duration(), help="TLS handshake limit."
+)
+@click.option(
+    "--header-timeout", default="10s", show_default=True, type=Duration(), help="Request headers limit."
+)
+@click.option("--body-timeout", default="10s", show_default=True, type=Duration(), help="Request body limit.")
+@click.option(
+    "--keepalive-timeout", default="120s", show_default=True, type=Duration(), help="Idle connection limit."
+)
+@click.option(
+    "--evict-after",
+    default="1s",
+    show_default=True,
+    type=Duration(),
+    help="At --max-connections, close a connection idle this long to admit a new one.",
+)
 @click.option("--kubeconfig", type=click.Path(path_type=Path, exists=True), help="Cluster for live context.")
 @click.option("--context", "kube_context", help="kubeconfig context (default: current-context).")
 @click.option("--live/--no-live", default=True, show_default=True, help="Read live Kueue/TrainJob context.")
@@ -304,6 +336,13 @@ def serve_command(
     deadline: float,
     live_timeout: float,
     max_body: int,
+    max_connections: int,
+    max_connections_per_client: int,
+    handshake_timeout: float,
+    header_timeout: float,
+    body_timeout: float,
+    keepalive_timeout: float,
+    evict_after: float,
     kubeconfig: Path | None,
     kube_context: str | None,
     live: bool,
@@ -346,6 +385,18 @@ def serve_command(
     if deadline <= 0 or live_timeout < 0:
         raise click.BadParameter("must be positive", param_hint="--deadline/--live-timeout")
     try:
+        limits = ConnectionLimits(
+            max_connections=max_connections,
+            max_connections_per_client=max_connections_per_client,
+            handshake_timeout=handshake_timeout,
+            header_timeout=header_timeout,
+            body_timeout=body_timeout,
+            keepalive_timeout=keepalive_timeout,
+            evict_after=evict_after,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--*-timeout") from exc
+    try:
         kube = _kube_config(kubeconfig, kube_context, live)
     except KubeConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--kubeconfig") from exc
@@ -357,6 +408,7 @@ def serve_command(
         port=port,
         insecure_dev=insecure_dev,
         max_body=max_body,
+        limits=limits,
         settings=ServiceSettings(deadline=deadline, live_timeout=min(live_timeout, deadline / 2)),
         reload_interval=reload_interval,
         shutdown_delay=shutdown_delay,

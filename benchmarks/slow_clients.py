@@ -1,0 +1,260 @@
+"""Slow TLS clients against ``mpigate serve``, next to a probe that sends valid reviews.
+
+Issue 23, item 3: slowloris-style clients (TLS handshake, then request headers or a body a few
+bytes at a time, reconnecting at once when cut off) must not take admission down. Two phases in
+one run, against one server: a **baseline** (the probe alone) and **under attack** (``--clients``
+slow clients held for ``--seconds``). The probe opens a new TLS connection for every review (the
+worst case: it has to get through the accept path the slow clients crowd) and counts a review
+that takes longer than the API server's webhook timeout (10 s) as missed.
+
+Printed per phase: probe reviews, misses, p50/p99/max latency; the server's peak RSS against the
+install base's memory limit; the bytes it logged; connections refused and timed out (from
+/metrics); slow connections held at the end.
+
+    .venv/bin/python benchmarks/slow_clients.py [--clients 3000] [--seconds 90] [--mode mixed]
+        [--per-address 100] [--baseline-seconds 15] [--python .venv-compiled/bin/python]
+
+``--per-address`` spreads the slow clients over source addresses 127.0.x.y (all of 127/8 is
+loopback), as many pods would; the probe comes from 127.0.0.1. The benchmark raises its own
+open-file limit to fit the clients (the server raises its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import resource
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trustme
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from webhook_load import REPO, http_request, start_mpigate
+
+from mpigate.admission.client import make_review
+
+WEBHOOK_TIMEOUT = 10.0  # the API server's default and maximum webhook timeoutSeconds
+MEMORY_LIMIT = 512 * 1024 * 1024  # the install base's memory limit of the webhook container
+
+
+@dataclass
+class Phase:
+    name: str
+    latencies: list[float] = field(default_factory=list)
+    misses: int = 0
+    errors: list[str] = field(default_factory=list)
+    peak_rss: int = 0
+    log_bytes: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+    held_at_end: int = 0
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def source_address(index: int, per_address: int) -> str:
+    n = index // per_address
+    return f"127.0.{1 + n // 250}.{1 + n % 250}"
+
+
+async def slow_client(
+    index: int, port: int, ctx: ssl.SSLContext, mode: str, per_address: int, until: float, held: list[int]
+) -> None:
+    """Connect, then dribble; reconnect at once whenever the server cuts the connection."""
+    source = source_address(index, per_address)
+    kind = mode if mode != "mixed" else ("handshake", "headers", "body")[index % 3]
+    while time.monotonic() < until:
+        writer = None
+        try:
+            if kind == "handshake":  # TCP only: never sends a ClientHello
+                reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+            else:
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1", local_addr=(source, 0),
+                    ssl_handshake_timeout=120,
+                )  # fmt: skip
+                if kind == "headers":
+                    writer.write(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                else:
+                    writer.write(
+                        b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 100000\r\n\r\n{"
+                    )
+            held[0] += 1
+            try:
+                while time.monotonic() < until:
+                    if kind != "handshake":
+                        writer.write(b"X-Slow: 1\r\n" if kind == "headers" else b" ")
+                        await writer.drain()
+                    try:
+                        if await asyncio.wait_for(reader.read(65536), 1.0) == b"":
+                            break  # cut off by the server
+                    except TimeoutError:
+                        continue
+            finally:
+                held[0] -= 1
+        except (OSError, ssl.SSLError, TimeoutError):
+            await asyncio.sleep(0.2)
+        finally:
+            if writer is not None:
+                writer.transport.abort()
+
+
+async def probe(port: int, ctx: ssl.SSLContext, requests: list[bytes], until: float, phase: Phase) -> None:
+    while time.monotonic() < until:
+        request = random.choice(requests)
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(WEBHOOK_TIMEOUT):
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1"
+                )
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(re.search(rb"Content-Length: (\d+)", head, re.I)[1])  # type: ignore[index]
+                await reader.readexactly(length)
+                writer.close()
+            status = int(head.split(b" ", 2)[1])
+            if status != 200:
+                phase.errors.append(f"HTTP {status}")
+            phase.latencies.append(time.monotonic() - started)
+        except TimeoutError:
+            phase.misses += 1
+        except (OSError, ssl.SSLError, asyncio.IncompleteReadError) as exc:
+            phase.errors.append(type(exc).__name__)
+        await asyncio.sleep(0.2)
+
+
+async def metrics(port: int, ctx: ssl.SSLContext) -> dict[str, float]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1")
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    text = (await reader.read()).decode(errors="replace")
+    writer.close()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("mpigate_admission_connection") and "_created" not in line:
+            name, _, value = line.rpartition(" ")
+            found[name] = float(value)
+    return found
+
+
+async def run_phase(
+    name: str,
+    pid: int,
+    log: Path,
+    port: int,
+    ctx: ssl.SSLContext,
+    requests: list[bytes],
+    args: argparse.Namespace,
+    clients: int,
+    seconds: float,
+) -> Phase:
+    phase = Phase(name)
+    log_start = log.stat().st_size
+    until = time.monotonic() + seconds
+    held = [0]
+    tasks = [
+        asyncio.create_task(slow_client(i, port, ctx, args.mode, args.per_address, until, held))
+        for i in range(clients)
+    ]
+    probing = asyncio.create_task(probe(port, ctx, requests, until, phase))
+    while time.monotonic() < until:
+        phase.peak_rss = max(phase.peak_rss, rss(pid))
+        await asyncio.sleep(0.5)
+    phase.held_at_end = held[0]
+    await probing
+    phase.metrics = await metrics(port, ctx)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    phase.log_bytes = log.stat().st_size - log_start
+    return phase
+
+
+def report(phase: Phase, baseline: Phase | None) -> None:
+    lat = sorted(phase.latencies)
+    p = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000) if lat else (lambda q: float("nan"))
+    print(f"\n== {phase.name}")
+    print(
+        f"probe: {len(lat)} answered, {phase.misses} over {WEBHOOK_TIMEOUT:.0f} s, {len(phase.errors)} errors"
+        f" {sorted(set(phase.errors))[:5]}"
+    )
+    print(f"probe latency ms: p50 {p(0.5):.1f}  p99 {p(0.99):.1f}  max {p(1.0):.1f}")
+    if lat:
+        print(f"  (mean {statistics.mean(lat) * 1000:.1f})")
+    print(
+        f"server RSS peak {phase.peak_rss / 2**20:.0f} MiB (limit {MEMORY_LIMIT / 2**20:.0f} MiB: "
+        f"{'ok' if phase.peak_rss < MEMORY_LIMIT else 'OVER'}); logged {phase.log_bytes} bytes"
+    )
+    print(f"slow connections held at the end: {phase.held_at_end}")
+    for name, value in sorted(phase.metrics.items()):
+        before = baseline.metrics.get(name, 0.0) if baseline else 0.0
+        print(f"  {name} {value - before:g}" if "total" in name else f"  {name} {value:g}")
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = args.clients * 2 + 1024
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(need, soft)), hard))
+    tmp = Path(tempfile.mkdtemp(prefix="mpigate-slow-"))
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.cert_chain_pems[0].write_to_path(str(tmp / "tls.crt"))
+    cert.private_key_pem.write_to_path(str(tmp / "tls.key"))
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    proc, port, _ = start_mpigate(
+        tmp, tmp / "tls.crt", tmp / "tls.key", audit=True, python=args.python, extra=args.server_args
+    )
+    log = tmp / "mpigate-audit.log"
+    try:
+        job = json.loads(json.dumps(__import__("yaml").safe_load(
+            (REPO / "examples" / "trainjobs" / "llm-finetune.yaml").read_text())))  # fmt: skip
+        requests = [http_request("/validate", make_review(job, uid=f"probe-{i}")) for i in range(50)]
+        baseline = await run_phase("baseline (probe only)", proc.pid, log, port, ctx, requests, args, 0,
+                                   args.baseline_seconds)  # fmt: skip
+        attacked = await run_phase(
+            f"under attack ({args.clients} slow {args.mode} clients, {args.per_address} per address, "
+            f"{args.seconds:g} s)", proc.pid, log, port, ctx, requests, args, args.clients, args.seconds,
+        )  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    report(baseline, None)
+    report(attacked, baseline)
+    lat = sorted(attacked.latencies)
+    ok = attacked.misses == 0 and not attacked.errors and attacked.peak_rss < MEMORY_LIMIT
+    ok = ok and bool(lat) and lat[min(len(lat) - 1, int(0.99 * len(lat)))] < WEBHOOK_TIMEOUT
+    print(f"\ngoal (every probe answered within {WEBHOOK_TIMEOUT:.0f} s, RSS under the limit): "
+          f"{'met' if ok else 'NOT met'}")  # fmt: skip
+    return 0 if ok else 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=3000)
+    parser.add_argument("--seconds", type=float, default=90.0)
+    parser.add_argument("--baseline-seconds", type=float, default=15.0)
+    parser.add_argument("--mode", choices=["handshake", "headers", "body", "mixed"], default="mixed")
+    parser.add_argument("--per-address", type=int, default=100)
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--server-args", nargs=argparse.REMAINDER, default=[], help="Extra serve flags.")
+    sys.exit(asyncio.run(main_async(parser.parse_args())))
+
+
+if __name__ == "__main__":
+    main()
