@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing as mp
 import random
 import re
 import resource
@@ -34,6 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import trustme
 
@@ -71,7 +73,7 @@ def source_address(index: int, per_address: int) -> str:
 
 
 async def slow_client(
-    index: int, port: int, ctx: ssl.SSLContext, mode: str, per_address: int, until: float, held: list[int]
+    index: int, port: int, ctx: ssl.SSLContext, mode: str, per_address: int, until: float, held: Any
 ) -> None:
     """Connect, then dribble; reconnect at once whenever the server cuts the connection."""
     source = source_address(index, per_address)
@@ -93,7 +95,8 @@ async def slow_client(
                         b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                         b"Content-Length: 100000\r\n\r\n{"
                     )
-            held[0] += 1
+            with held.get_lock():
+                held.value += 1
             try:
                 while time.monotonic() < until:
                     if kind != "handshake":
@@ -105,12 +108,29 @@ async def slow_client(
                     except TimeoutError:
                         continue
             finally:
-                held[0] -= 1
+                with held.get_lock():
+                    held.value -= 1
         except (OSError, ssl.SSLError, TimeoutError):
             await asyncio.sleep(0.2)
         finally:
             if writer is not None:
                 writer.transport.abort()
+
+
+def attackers(
+    first: int, count: int, port: int, ca_file: str, mode: str, per_address: int, seconds: float, held: Any
+) -> None:
+    """One process of slow clients (its own event loop: the probe's latency is not theirs)."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE))
+    ctx = ssl.create_default_context(cafile=ca_file)
+
+    async def run() -> None:
+        until = time.monotonic() + seconds
+        await asyncio.gather(
+            *(slow_client(first + i, port, ctx, mode, per_address, until, held) for i in range(count))
+        )
+
+    asyncio.run(run())
 
 
 async def probe(port: int, ctx: ssl.SSLContext, requests: list[bytes], until: float, phase: Phase) -> None:
@@ -164,22 +184,39 @@ async def run_phase(
 ) -> Phase:
     phase = Phase(name)
     log_start = log.stat().st_size
-    until = time.monotonic() + seconds
-    held = [0]
-    tasks = [
-        asyncio.create_task(slow_client(i, port, ctx, args.mode, args.per_address, until, held))
-        for i in range(clients)
+    held = mp.Value("i", 0)
+    share = -(-clients // args.processes) if clients else 0
+    procs = [
+        mp.Process(
+            target=attackers,
+            args=(
+                first,
+                min(share, clients - first),
+                port,
+                args.ca_file,
+                args.mode,
+                args.per_address,
+                seconds,
+                held,
+            ),
+        )
+        for first in range(0, clients, share or 1)
+        if clients
     ]
+    for proc in procs:
+        proc.start()
+    until = time.monotonic() + seconds
     probing = asyncio.create_task(probe(port, ctx, requests, until, phase))
     while time.monotonic() < until:
         phase.peak_rss = max(phase.peak_rss, rss(pid))
         await asyncio.sleep(0.5)
-    phase.held_at_end = held[0]
-    await probing
+    phase.held_at_end = held.value
     phase.metrics = await metrics(port, ctx)
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await probing
+    for proc in procs:
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
     phase.log_bytes = log.stat().st_size - log_start
     return phase
 
@@ -207,7 +244,7 @@ def report(phase: Phase, baseline: Phase | None) -> None:
 
 async def main_async(args: argparse.Namespace) -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = args.clients * 2 + 1024
+    need = args.clients + 1024
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(need, soft)), hard))
     tmp = Path(tempfile.mkdtemp(prefix="mpigate-slow-"))
@@ -215,8 +252,9 @@ async def main_async(args: argparse.Namespace) -> int:
     cert = ca.issue_cert("127.0.0.1", "localhost")
     cert.cert_chain_pems[0].write_to_path(str(tmp / "tls.crt"))
     cert.private_key_pem.write_to_path(str(tmp / "tls.key"))
-    ctx = ssl.create_default_context()
-    ca.configure_trust(ctx)
+    ca.cert_pem.write_to_path(str(tmp / "ca.crt"))
+    args.ca_file = str(tmp / "ca.crt")
+    ctx = ssl.create_default_context(cafile=args.ca_file)
     proc, port, _ = start_mpigate(
         tmp, tmp / "tls.crt", tmp / "tls.key", audit=True, python=args.python, extra=args.server_args
     )
@@ -251,6 +289,7 @@ def main() -> None:
     parser.add_argument("--baseline-seconds", type=float, default=15.0)
     parser.add_argument("--mode", choices=["handshake", "headers", "body", "mixed"], default="mixed")
     parser.add_argument("--per-address", type=int, default=100)
+    parser.add_argument("--processes", type=int, default=2, help="Processes running the slow clients.")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--server-args", nargs=argparse.REMAINDER, default=[], help="Extra serve flags.")
     sys.exit(asyncio.run(main_async(parser.parse_args())))

@@ -10,8 +10,9 @@ that ``aiohttp.web_server.Server`` builds):
 
 * at most ``max_connections`` per server and ``max_connections_per_client`` per client address;
   a client over the second is closed before its TLS handshake costs anything; at the first, the
-  connection that has waited longest without sending a request (in its TLS handshake, its
-  headers, or idle between requests) for at least ``evict_after`` seconds is closed to make room
+  connection that has waited longest without a complete request (in its TLS handshake, its
+  headers or body, or idle between requests) for at least ``evict_after`` seconds is closed to
+  make room
   — so slow clients cannot keep the API server's reviews out, as they would if the newcomers
   only queued behind them — and when no connection is that idle, the site stops accepting (the
   kernel's listen backlog holds the rest: backpressure);
@@ -153,9 +154,14 @@ class _GuardedHandler(RequestHandler):
             self._site._released(self._client)
 
     def request_started(self) -> None:
-        """The headers are in (the handler runs): the header deadline is met."""
+        """The headers are in (the handler runs): the header deadline is met. Until its body is
+        in too, the connection can still be evicted (the API server sends a review at once)."""
         self._in_request = True
         self._disarm()
+        self._site._waiting_since(self, self.abort)
+
+    def body_received(self) -> None:
+        """The request is complete: it is being judged, never evicted."""
         self._site._not_waiting(self)
 
     def request_finished(self) -> None:
@@ -194,6 +200,13 @@ def request_started(request: web.BaseRequest) -> None:
     protocol = request.protocol
     if isinstance(protocol, _GuardedHandler):
         protocol.request_started()
+
+
+def body_received(request: web.BaseRequest) -> None:
+    """Tell the connection's guard (if any) that ``request`` is complete."""
+    protocol = request.protocol
+    if isinstance(protocol, _GuardedHandler):
+        protocol.body_received()
 
 
 def close_after_answer(request: web.BaseRequest) -> None:

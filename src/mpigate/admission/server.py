@@ -31,6 +31,7 @@ from .guard import (
     ConnectionLimits,
     GuardedSite,
     RateLimitedLog,
+    body_received,
     close_after_answer,
     request_finished,
     request_started,
@@ -91,6 +92,8 @@ async def _request_middleware(
     request_id = incoming if incoming and _SAFE_ID.match(incoming) else request.app[REQUEST_IDS_KEY].new()
     request[REQUEST_ID_KEY] = request_id
     request_started(request)
+    if request.method != "POST":
+        body_received(request)  # GET /readyz, /metrics: nothing more to wait for
     try:
         response = await handler(request)
     except web.HTTPException as exc:  # routing (404/405) and aiohttp's own limits
@@ -197,6 +200,7 @@ def _review_handler(stage: Stage) -> Callable[[web.Request], Awaitable[web.Strea
         except ConnectionError:  # the client went away mid-body: nobody to answer
             _client_gone(request, stage)
             return web.Response(status=400)
+        body_received(request)
         reply = await service.review(stage, body, request[REQUEST_ID_KEY])
         return _json(reply.body, reply.status)
 
