@@ -13,6 +13,7 @@ from typing import Any
 
 import trustme
 from aiohttp import web
+from google.protobuf.json_format import MessageToJson
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 
@@ -40,6 +41,8 @@ class OtlpReceiver:
     directory: Path
     fail: Callable[[int], bool] = lambda n: False
     records: list[Received] = field(default_factory=list)
+    # each stored request as OTLP/JSON, as the Collector's file exporter writes it
+    exported: list[str] = field(default_factory=list)
     requests: int = 0
     failed: int = 0
     url: str = ""
@@ -79,6 +82,7 @@ class OtlpReceiver:
                     )
         with self._lock:
             self.records.extend(received)
+            self.exported.append(MessageToJson(message, indent=None))
         return web.Response(status=200, body=b"", content_type="application/x-protobuf")
 
     def start(self) -> OtlpReceiver:
@@ -117,6 +121,11 @@ class OtlpReceiver:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(10)
+
+    def write_otlp_json(self, path: Path) -> None:
+        """Everything stored so far, one export request per line (the file exporter's format)."""
+        with self._lock:
+            path.write_text("".join(line + "\n" for line in self.exported), encoding="utf-8")
 
     def seqs(self, chain: str) -> list[int]:
         with self._lock:

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mpigate.audit import AuditLog, AuditMetrics, HmacSigner, WriterOptions, record_from_decision
-from mpigate.audit.otlp import STATE_FILE, OtlpShipper
+from mpigate.audit.otlp import POSITION_FILE, OtlpShipper
 from mpigate.audit.reader import read_chains
 from mpigate.policy.decision import AdmissionInput, Decision, UserInfo, Violation
 
@@ -95,8 +95,8 @@ def test_resume_after_restart_with_failing_requests(tmp_path, receiver):
         registry.get_sample_value("mpigate_audit_shipper_lag_records", {"chain": "a"})
         == total_a - result.shipped
     )
-    state = json.loads((directory / STATE_FILE).read_text())
-    assert state["chains"]["a"]["seq"] == max(receiver.seqs("a")) == result.shipped
+    position = json.loads((directory / "a" / POSITION_FILE).read_text())  # next to the chain
+    assert position["seq"] == max(receiver.seqs("a")) == result.shipped
 
     # the shipper restarts (a new process would read the same state file); the writer goes on
     write(directory, "a", 20, start=120, rotate_max_bytes=8192)
@@ -118,11 +118,11 @@ def test_at_least_once_when_dying_between_ack_and_state(tmp_path, receiver, monk
     calls = {"n": 0}
     real_save = dying._save_state
 
-    def crash_on_second_save() -> None:
+    def crash_on_second_save(*args) -> None:  # type: ignore[no-untyped-def]
         calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt("killed after the collector acknowledged batch 2")
-        real_save()
+        real_save(*args)
 
     monkeypatch.setattr(dying, "_save_state", crash_on_second_save)
     with pytest.raises(KeyboardInterrupt):

@@ -39,7 +39,9 @@ class AuditMetrics:
     * ``mpigate_audit_write_failures_total{reason}`` — failed commits (``ENOSPC``, ``EIO``, ...).
     * ``mpigate_audit_writer_healthy`` — 1 while the last commit succeeded, else 0.
     * ``mpigate_audit_shipper_lag_records{chain}`` — records on disk not yet shipped over OTLP.
-    * ``mpigate_audit_records_shipped_total`` and ``mpigate_audit_ship_failures_total``.
+    * ``mpigate_audit_records_shipped_total`` and ``mpigate_audit_ship_failures_total`` (requests);
+      ``mpigate_audit_records_ship_failed_total`` (records in failed requests).
+    * ``mpigate_audit_segments_deleted_total{reason}`` — sealed segments removed by retention.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -84,4 +86,15 @@ class AuditMetrics:
         )
         self.ship_failures = Counter(
             "mpigate_audit_ship_failures", "OTLP export requests that failed.", registry=reg
+        )
+        self.records_ship_failed = Counter(
+            "mpigate_audit_records_ship_failed",
+            "Audit records in OTLP export requests that failed (they are sent again).",
+            registry=reg,
+        )
+        self.segments_deleted = Counter(
+            "mpigate_audit_segments_deleted",
+            "Sealed audit segments deleted by retention, by reason (shipped, max-age).",
+            ["reason"],
+            registry=reg,
         )

@@ -1,11 +1,15 @@
 """Ship audit records to an OpenTelemetry Collector as OTLP/HTTP logs, at least once.
 
 The shipper tails every chain under an audit directory. For each chain it remembers the segment
-and byte offset up to which the collector acknowledged records, in ``<audit dir>/.otlp-state.json``
-(written atomically after every acknowledged export). After a restart it resumes from there, so a
-record is shipped again only when the process died between the collector's acknowledgement and
-the state update — at-least-once, never lost. A failed export is retried with exponential backoff;
-the metric ``mpigate_audit_shipper_lag_records`` says how far behind it is.
+and byte offset up to which the collector acknowledged records, next to the chain in
+``<chain>/.otlp-position.json`` (written atomically after every acknowledged export), so the
+position moves with the chain's volume. After a restart it resumes from there, so a record is
+shipped again only when the process died between the collector's acknowledgement and the
+position update — at-least-once, never lost. A failed export is retried with exponential
+backoff; ``mpigate_audit_shipper_lag_records`` says how many records wait. Two shippers never
+work on one chain at once (each holds the chain's ``.ship-lock`` while it ships it): the replicas
+of ``mpigate serve --workers``, the controller and a manual ``mpigate audit ship`` may share a
+directory.
 
 Each record becomes one OTLP log record: the body is the record's JSON line exactly as stored (a
 collector-side copy can still be re-hashed), the timestamp is the record's ``time``, and the
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -41,10 +46,13 @@ from ._canonical import parse_time
 from .layout import chain_dirs, fsync_dir, list_segments
 from .metrics import AuditMetrics
 
-__all__ = ["STATE_FILE", "OtlpShipper", "ShipResult", "log_record_for"]
+__all__ = ["POSITION_FILE", "STATE_FILE", "OtlpShipper", "ShipResult", "log_record_for"]
 
 logger = logging.getLogger(__name__)
 
+POSITION_FILE = ".otlp-position.json"
+SHIP_LOCK_FILE = ".ship-lock"
+# Where positions of all chains were kept before they moved next to each chain (read, not written).
 STATE_FILE = ".otlp-state.json"
 _SCOPE = InstrumentationScope("mpigate.audit", __version__)
 
@@ -177,22 +185,21 @@ class OtlpShipper:
         self._batch = batch_records
         self._metrics = metrics
         self._resource = Resource.create({"service.name": service_name, "service.version": __version__})
-        self._positions = self._load_state()
+        self._legacy = self._load_state()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    # ------------------------------------------------------------------ state
+    # ------------------------------------------------------------------ positions
 
     def _load_state(self) -> dict[str, _Position]:
+        """Positions from the directory-wide file of earlier versions (a chain's own file wins)."""
         try:
             data = json.loads(self.state_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
             # Shipping again from the start is at-least-once too; losing records is not an option.
-            logger.warning(
-                "OTLP shipper: unreadable state %s (%s); shipping from the start", self.state_path, exc
-            )
+            logger.warning("OTLP shipper: unreadable state %s (%s); ignoring it", self.state_path, exc)
             return {}
         positions: dict[str, _Position] = {}
         for chain, pos in (data.get("chains") or {}).items():
@@ -200,26 +207,42 @@ class OtlpShipper:
                 positions[chain] = _Position(str(pos["segment"]), int(pos["offset"]), int(pos["seq"]))
         return positions
 
-    def _save_state(self) -> None:
-        data = {
-            "version": 1,
-            "chains": {
-                c: {"segment": p.segment, "offset": p.offset, "seq": p.seq}
-                for c, p in self._positions.items()
-            },
-        }
-        tmp = self.state_path.with_name(f"{STATE_FILE}.tmp")
+    def _load_position(self, chain_dir: Path) -> _Position | None:
+        path = chain_dir / POSITION_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return _Position(str(data["segment"]), int(data["offset"]), int(data["seq"]))
+        except FileNotFoundError:
+            return self._legacy.get(chain_dir.name)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("OTLP shipper: unreadable position %s (%s); shipping from the start", path, exc)
+            return None
+
+    def _save_state(self, chain_dir: Path, pos: _Position) -> None:
+        data = {"version": 1, "segment": pos.segment, "offset": pos.offset, "seq": pos.seq}
+        path = chain_dir / POSITION_FILE
+        tmp = path.with_name(f"{POSITION_FILE}.tmp")
         with tmp.open("w", encoding="utf-8") as fh:
             json.dump(data, fh, sort_keys=True)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, self.state_path)
-        fsync_dir(self.directory)
+        os.replace(tmp, path)
+        fsync_dir(chain_dir)
+
+    def position(self, chain_dir: Path) -> tuple[str, int, int] | None:
+        """(segment, byte offset, seq) of ``chain_dir`` acknowledged by the collector, if any."""
+        pos = self._load_position(chain_dir)
+        return (pos.segment, pos.offset, pos.seq) if pos is not None else None
 
     @property
     def positions(self) -> dict[str, tuple[str, int, int]]:
         """Per chain: (segment, byte offset, seq) acknowledged by the collector."""
-        return {c: (p.segment, p.offset, p.seq) for c, p in self._positions.items()}
+        found = {}
+        for chain_dir in chain_dirs([self.directory]):
+            pos = self.position(chain_dir)
+            if pos is not None:
+                found[chain_dir.name] = pos
+        return found
 
     # ------------------------------------------------------------------ shipping
 
@@ -230,13 +253,21 @@ class OtlpShipper:
         for chain_dir in chain_dirs([self.directory]):
             if failed:
                 break
-            count, failed = self._ship_chain(chain_dir)
+            lock = _ship_lock(chain_dir)
+            if lock is None:
+                continue  # another shipper is at this chain
+            try:
+                count, failed = self._ship_chain(chain_dir)
+            finally:
+                os.close(lock)
             shipped += count
         lag = self._update_lag()
         return ShipResult(shipped, failed, lag)
 
-    def _start_position(self, chain: str, segments: Sequence[Path]) -> _Position:
-        pos = self._positions.get(chain)
+    def _start_position(self, chain_dir: Path, segments: Sequence[Path]) -> _Position:
+        chain = chain_dir.name
+        # read again on every pass: another shipper may have moved it since
+        pos = self._load_position(chain_dir)
         names = [s.name for s in segments]
         if pos is None:
             return _Position(names[0], 0, 0)
@@ -253,7 +284,7 @@ class OtlpShipper:
         segments = list_segments(chain_dir)
         if not segments:
             return 0, False
-        pos = self._start_position(chain, segments)
+        pos = self._start_position(chain_dir, segments)
         shipped = 0
         names = [s.name for s in segments]
         index = names.index(pos.segment)
@@ -274,18 +305,18 @@ class OtlpShipper:
                     if result is not LogRecordExportResult.SUCCESS:
                         if self._metrics is not None:
                             self._metrics.ship_failures.inc()
+                            self._metrics.records_ship_failed.inc(len(batch))
                         logger.warning("OTLP shipper: export of %d record(s) of %s failed", len(batch), chain)
                         return shipped, True
                     pos = _Position(path.name, lines_end, last_seq)
-                    self._positions[chain] = pos
-                    self._save_state()
+                    self._save_state(chain_dir, pos)
                     shipped += len(batch)
                     if self._metrics is not None:
                         self._metrics.records_shipped.inc(len(batch))
             if index + 1 < len(segments) and pos.offset >= path.stat().st_size:
                 index += 1
                 pos = _Position(segments[index].name, 0, pos.seq)
-                self._positions[chain] = pos
+                self._save_state(chain_dir, pos)
             else:
                 break
         return shipped, False
@@ -317,7 +348,7 @@ class OtlpShipper:
         total = 0
         for chain_dir in chain_dirs([self.directory]):
             segments = list_segments(chain_dir)
-            pos = self._positions.get(chain_dir.name)
+            pos = self._load_position(chain_dir)
             lag = 0
             for path in segments:
                 if pos is not None and path.name < pos.segment:
@@ -359,4 +390,19 @@ class OtlpShipper:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        self.close()
+
+    def close(self) -> None:
+        """Shut the exporter down (its HTTP session)."""
         self._exporter.shutdown()  # type: ignore[no-untyped-call]
+
+
+def _ship_lock(chain_dir: Path) -> int | None:
+    """Hold ``chain_dir``'s ship lock (an fd to close), or None when another shipper holds it."""
+    fd = os.open(chain_dir / SHIP_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd

@@ -171,6 +171,8 @@ class ChainReport:
     genesis_alg: str | None = None
     genesis_key_id: str | None = None
     live: bool = False  # a writer held the chain's lock when the reading ended
+    # Retention deleted the segments through this seq, as a retention record in the chain says.
+    pruned_through: int | None = None
     # Set by mpigate.audit.witness.apply_witness: the newest record the API server's audit log
     # witnessed (and that matched), and where that log ends.
     witness_given: bool = False
@@ -210,6 +212,7 @@ class ChainReport:
             "bytes": self.bytes,
             "firstSeq": self.first_seq,
             "lastSeq": self.last_seq,
+            "prunedThroughSeq": self.pruned_through,
             "from": self.first_time,
             "to": self.last_time,
             "checkpoints": self.checkpoints,
@@ -258,6 +261,10 @@ class ChainReader:
         self._unsigned_start: tuple[str, int] | None = None
         self._saw_unsigned_checkpoint = False
         self._genesis_at: tuple[str, int] | None = None
+        # The chain on disk starts after seq 1 (path, first seq, its prev): fine only if a
+        # retention record of this chain says that segments through seq - 1 were deleted.
+        self._pruned: tuple[Path, int, Any] | None = None
+        self._pruned_accounted = False
 
     # ------------------------------------------------------------------ problems
 
@@ -347,13 +354,8 @@ class ChainReader:
             )
         if index == 0 or previous is None:
             if seq != 1 or record.get("prev") != GENESIS_PREV:
-                self._problem(
-                    "deleted-segment",
-                    path,
-                    1,
-                    f"the chain starts at seq {seq}, not with its genesis record: "
-                    "earlier segments are missing",
-                )
+                # judged in _finish: retention (audit/shipping.py) records what it deletes
+                self._pruned = (path, seq or 0, record.get("prev"))
                 self._last_seq = (seq or 1) - 1
             return
         prev_path, prev_lines, prev_last, prev_cut = previous
@@ -466,6 +468,8 @@ class ChainReader:
                 self._note_genesis(file, lineno, record)
             elif stage == "recovered":
                 report.recoveries += 1
+            elif stage == "retention" and self._pruned is not None:
+                self._note_retention(record)
             if self._unsigned_start is None:
                 self._unsigned_start = (file, lineno)
             report.unsigned_records += 1
@@ -568,8 +572,30 @@ class ChainReader:
             "recomputed, or the chain rewritten without the key)",
         )
 
+    def _note_retention(self, record: Mapping[str, Any]) -> None:
+        assert self._pruned is not None
+        retention = record.get("retention")
+        _, seq, prev = self._pruned
+        if (
+            isinstance(retention, Mapping)
+            and retention.get("chain") == self.report.chain
+            and retention.get("lastSeq") == seq - 1
+            and retention.get("lastHash") == prev
+        ):
+            self._pruned_accounted = True
+            self.report.pruned_through = seq - 1
+
     def _finish(self, previous: tuple[Path, int, dict[str, Any] | None, bool] | None) -> None:
         report = self.report
+        if self._pruned is not None and not self._pruned_accounted:
+            path, seq, _ = self._pruned
+            self._problem(
+                "deleted-segment",
+                path,
+                1,
+                f"the chain starts at seq {seq}, not with its genesis record: "
+                "earlier segments are missing (and no retention record says they were deleted)",
+            )
         for gap in self._gaps:
             if gap.reordered_by is not None:
                 seq, file, line = gap.reordered_by

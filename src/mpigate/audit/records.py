@@ -34,7 +34,7 @@ __all__ = [
 
 REDACTED = "[REDACTED]"
 # Stages a caller may append; the writer itself writes genesis, checkpoint and recovered records.
-CALLER_STAGES = frozenset({"mutate", "validate", "lifecycle", "evidence"})
+CALLER_STAGES = frozenset({"mutate", "validate", "lifecycle", "evidence", "retention"})
 STAGES = CALLER_STAGES | {"genesis", "checkpoint", "recovered"}
 
 AdmissionStage = Literal["mutate", "validate"]

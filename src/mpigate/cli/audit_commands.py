@@ -447,8 +447,10 @@ def ship_command(
 ) -> None:
     """Ship the records of every chain under DIRECTORY to an OpenTelemetry Collector (OTLP logs).
 
-    At least once: the acknowledged offset of each chain is kept in DIRECTORY/.otlp-state.json,
-    so a restarted shipper resumes where the collector last confirmed.
+    At least once: the acknowledged offset of each chain is kept next to it
+    (CHAIN/.otlp-position.json), so a restarted shipper resumes where the collector last
+    confirmed. `mpigate serve` and `mpigate controller` do this themselves while running when
+    OrgPolicy spec.audit.otlp.endpoint is set; a chain one of them is shipping is skipped.
 
     \b
     Example (a sidecar next to the webhook):
@@ -473,3 +475,38 @@ def ship_command(
         pass
     finally:
         shipper.stop()
+
+
+@audit_group.command("restore")
+@click.argument(
+    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Empty directory to write."
+)
+def restore_command(files: tuple[Path, ...], out: Path) -> None:
+    """Rebuild chain directories from what an OTLP sink received, to verify the shipped copy.
+
+    FILES are the OpenTelemetry Collector's `file` exporter output (OTLP/JSON, one export request
+    per line). Each record is written back byte for byte into its chain's segments; a record
+    received twice is kept once, the same seq with two different hashes is reported (exit 1).
+
+    \b
+    Example (after a rollout: is every answered decision in the sink?):
+      mpigate audit restore /var/log/otel/mpigate-audit.jsonl --out /tmp/shipped
+      mpigate audit verify /tmp/shipped --public-key audit.pub
+    """
+    from mpigate.audit.restore import restore_chains
+
+    try:
+        result = restore_chains(files, out)
+    except (OSError, ValueError) as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(2)
+    for chain, count in sorted(result.chains.items()):
+        click.echo(f"{out / chain}: {count} record(s)")
+    if result.duplicates:
+        click.echo(f"{result.duplicates} record(s) received more than once (kept once)", err=True)
+    for problem in result.problems:
+        click.secho(problem, fg="red", err=True)
+    sys.exit(1 if result.problems else 0)

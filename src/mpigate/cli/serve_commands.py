@@ -47,6 +47,7 @@ from mpigate.audit import (
     AsyncAuditLog,
     AuditError,
     AuditKeyError,
+    AuditLog,
     AuditMetrics,
     AuditWriteError,
     WriterOptions,
@@ -54,6 +55,7 @@ from mpigate.audit import (
     load_signer,
     record_from_decision,
 )
+from mpigate.audit.shipping import shipping_for
 from mpigate.audit.signing import ED25519, key_method
 from mpigate.config import Config, ConfigError, Document, Location, Problem, Severity, load, parse_quantity
 from mpigate.config.model import AuditSettings
@@ -112,23 +114,29 @@ class AuditRecorder:
     review fails closed) and tries to open it again every ``retry_interval`` seconds; the config
     revision served meanwhile is recorded as soon as the chain is open."""
 
-    def __init__(self, log: AsyncAuditLog | None, source: str = "webhook") -> None:
+    def __init__(
+        self, log: AsyncAuditLog | None, source: str = "webhook", audit_metrics: AuditMetrics | None = None
+    ) -> None:
         self._log = log
         self.source = source
+        self.audit_metrics = audit_metrics
         self._problem: str | None = None
         self._served: Config | None = None
         self._retry: asyncio.Task[None] | None = None
 
     @classmethod
     async def opening(
-        cls, open_log: Callable[[], Awaitable[AsyncAuditLog]], retry_interval: float = 1.0
+        cls,
+        open_log: Callable[[], Awaitable[AsyncAuditLog]],
+        audit_metrics: AuditMetrics | None = None,
+        retry_interval: float = 1.0,
     ) -> AuditRecorder:
         """Open the chain with ``open_log``; on an :class:`AuditWriteError` start without it and
         keep trying in the background (other audit errors — a key, a lock — are raised)."""
         try:
-            return cls(await open_log())
+            return cls(await open_log(), audit_metrics=audit_metrics)
         except AuditWriteError as exc:
-            recorder = cls(None)
+            recorder = cls(None, audit_metrics=audit_metrics)
             recorder._problem = f"{exc} ({exc.reason})"
             log.error(
                 "audit trail not writable: %s; not ready (reviews fail closed) until it is",
@@ -153,6 +161,10 @@ class AuditRecorder:
                 with contextlib.suppress(AuditWriteError):  # the writer reports and heals itself
                     await opened.append(config_record(self._served, self.source))
             return
+
+    def writer(self) -> AuditLog | None:
+        """The chain's writer once open (shipping and retention append through it)."""
+        return self._log.log if self._log is not None else None
 
     def _open_log(self) -> AsyncAuditLog:
         if self._log is None:
@@ -216,7 +228,7 @@ async def open_audit(
             directory, source="webhook", signer=signer, options=options, metrics=audit_metrics
         )
 
-    return await AuditRecorder.opening(open_log)
+    return await AuditRecorder.opening(open_log, audit_metrics)
 
 
 def _configure_logging(fmt: str, level: str) -> None:
@@ -521,14 +533,23 @@ async def _serve(
 ) -> None:
     metrics = Metrics()
     recorder = None
+    shipping = None
     if audit_dir is not None:
         try:
             settings = (await asyncio.to_thread(load, options.config)).org.audit
         except ConfigError:
             settings = None  # the server reports the config problems; audit uses its defaults
         recorder = await open_audit(audit_dir, settings, audit_key, metrics)
+        if settings is not None:
+            shipping = shipping_for(
+                audit_dir, recorder.writer, settings, metrics=recorder.audit_metrics, source="webhook"
+            )
     server = WebhookServer(options, recorder=recorder, metrics=metrics, tracing=make_tracing(exporter))
-    await server.run_until_signalled(on_started)
+    try:
+        await server.run_until_signalled(on_started)
+    finally:
+        if shipping is not None:  # after the writer closed: its shutdown checkpoint ships too
+            await asyncio.to_thread(shipping.stop)
 
 
 @click.command("certs")

@@ -134,6 +134,10 @@ def _org(entry: Entry) -> OrgPolicy:
             signing_key_file=audit["signing"]["keyFile"],
             otlp_endpoint=audit["otlp"]["endpoint"],
             otlp_headers=_ro(audit["otlp"]["headers"]),
+            otlp_ca_file=audit["otlp"]["caFile"],
+            retention_max_age_seconds=parse_duration(audit["retention"]["maxAge"])
+            if audit["retention"]["maxAge"] is not None
+            else None,
         ),
         enforcement=Enforcement.build(
             cast(Mode, spec["enforcement"]["default"]),

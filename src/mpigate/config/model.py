@@ -146,6 +146,8 @@ class AuditSettings:
     signing_key_file: str | None
     otlp_endpoint: str | None
     otlp_headers: Mapping[str, str]
+    otlp_ca_file: str | None = None
+    retention_max_age_seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

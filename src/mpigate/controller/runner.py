@@ -30,6 +30,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from mpigate.admission.kube import KubeClient, KubeConfig
 from mpigate.admission.reload import ConfigStore
 from mpigate.audit import AsyncAuditLog, AuditMetrics, Signer, WriterOptions, load_signer
+from mpigate.audit.shipping import AuditShipping, shipping_for
 from mpigate.config import Config
 
 from .api import ControllerApi
@@ -163,19 +164,25 @@ def sealer_of(signer: Signer | None) -> Sealer | None:
 
 async def _open_recorder(
     options: ControllerOptions, config: Config, metrics: ControllerMetrics, signer: Signer | None
-) -> Recorder:
+) -> tuple[Recorder, AuditShipping | None]:
+    """The controller's recorder, and the shipping and retention of its chain when the org asks
+    for them (``spec.audit.otlp``, ``spec.audit.retention``)."""
     if options.audit_dir is None:
         log.warning("no --audit-dir: lifecycle and evidence records go to the log only (not tamper-evident)")
-        return LogRecorder()
+        return LogRecorder(), None
     settings = config.org.audit
+    audit_metrics = AuditMetrics(metrics.registry)
     audit_log = await AsyncAuditLog.open(
         options.audit_dir,
         source="controller",
         signer=signer,
         options=WriterOptions.from_settings(settings),
-        metrics=AuditMetrics(metrics.registry),
+        metrics=audit_metrics,
     )
-    return AuditTrailRecorder(audit_log)
+    shipping = shipping_for(
+        options.audit_dir, lambda: audit_log.log, settings, metrics=audit_metrics, source="controller"
+    )
+    return AuditTrailRecorder(audit_log), shipping
 
 
 async def _every(seconds: float, action: Callable[[], Awaitable[object]], what: str) -> None:
@@ -214,7 +221,7 @@ async def run_controller(
 
     client = KubeClient(options.kube, user_agent="mpigate-controller", request_timeout=30.0)
     signer = _signer(options, loaded.config)
-    recorder = await _open_recorder(options, loaded.config, metrics, signer)
+    recorder, shipping = await _open_recorder(options, loaded.config, metrics, signer)
     health.recorder = recorder
     health.sealer = sealer_of(signer)
     runner = web.AppRunner(_metrics_app(metrics, health), access_log=None)
@@ -242,6 +249,8 @@ async def run_controller(
         if elector is not None:
             await elector.release()
         await recorder.close()
+        if shipping is not None:  # after the writer closed: its shutdown checkpoint ships too
+            await asyncio.to_thread(shipping.stop)
         await runner.cleanup()
         await client.close()
 
