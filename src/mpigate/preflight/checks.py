@@ -36,6 +36,8 @@ PINNED_ENV_PREFIXES = (
     "OMPI_MCA_btl_tcp_disable",
     "OMPI_MCA_oob_tcp_static",
     "OMPI_MCA_oob_tcp_disable",
+    "PRTE_MCA_oob_tcp_static",
+    "PRTE_MCA_oob_tcp_disable",
 )
 
 

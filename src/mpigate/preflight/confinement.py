@@ -68,7 +68,7 @@ class PortRanges:
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> PortRanges | None:
-        """The ranges an OpenMPI process was pinned to by ``OMPI_MCA_*`` variables (None: not pinned).
+        """The ranges an OpenMPI process was pinned to by ``OMPI_MCA_*``/``PRTE_MCA_*`` (None: not pinned).
 
         Raises ValueError for values OpenMPI would not accept either.
         """
@@ -80,9 +80,12 @@ class PortRanges:
             count = int(env.get(f"OMPI_MCA_btl_tcp_port_range_{family}", "64511"))
             btl.append((int(low), int(low) + count - 1))
         oob: list[tuple[int, int]] = []
-        for name in ("OMPI_MCA_oob_tcp_static_ipv4_ports", "OMPI_MCA_oob_tcp_static_ipv6_ports"):
-            if env.get(name):
-                oob.extend(parse_port_list(env[name]))
+        # OpenMPI 4 (ORTE) reads the OMPI_ names, OpenMPI 5's PRRTE the PRTE_ ones (openmpi_env).
+        for prefix in ("OMPI_MCA_", "PRTE_MCA_"):
+            for family in ("ipv4", "ipv6"):
+                name = f"{prefix}oob_tcp_static_{family}_ports"
+                if env.get(name):
+                    oob.extend(parse_port_list(env[name]))
         if not btl and not oob:
             return None
         return PortRanges(btl=tuple(dict.fromkeys(btl)), oob=tuple(dict.fromkeys(oob)))
