@@ -86,3 +86,40 @@ def test_openmpi5_ignores_the_openmpi4_oob_names(openmpi5: tuple[str, str], pinn
     assert {v.socket.family for v in outside} == {"ipv4", "ipv6"}
     assert all(v.range != "btl" for v in outside)
     assert [v for v in conf.select("connection", "network") if v.range != "btl"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("netns")
+def test_openmpi5_pinned_env_across_virtual_pods(openmpi5: tuple[str, str], pinned: NetworkProfile) -> None:
+    """prterun in the root namespace, a prted + 2 ranks in each of 2 namespaces reached via the
+    ssh-like agent with an EMPTY environment: PRRTE forwards the PRTE_MCA_ pinning to its daemons."""
+    run = _run(openmpi5, pinned, pinned, pods=2)
+
+    _assert_ran_on_openmpi5(run)
+    assert run.report is not None
+    conf = run.confinement
+    assert conf is not None
+    assert conf.ok, _describe(run)
+    hosts = [r.host for r in run.report.ranks]
+    assert sorted(hosts.count(h) for h in set(hosts)) == [2, 2], hosts
+    connections = conf.select("connection", "network")
+    # Every prted dialled prterun's first OOB port from its own pod.
+    daemons = [v for v in connections if v.socket.process == "prted"]
+    dialled_launcher = {
+        v.socket.local_address
+        for v in daemons
+        if v.socket.remote_address not in run.pods and v.socket.remote_port == pinned.oob_port_min
+    }
+    assert dialled_launcher == set(run.pods), _describe(run)
+    assert {v.range for v in daemons} == {"oob"}, _describe(run)
+    listeners = [v.socket for v in conf.select("listener", "network") if v.socket.process == "prted"]
+    assert {(s.family, s.local_port) for s in listeners} == {("ipv4", pinned.oob_port_min)}
+    assert len({s.pid for s in listeners}) >= 2
+    # Ranks in different pods talked across the bridge, to BTL ports.
+    cross = [
+        v
+        for v in connections
+        if v.socket.process == "python" and v.socket.local_address != v.socket.remote_address
+    ]
+    assert cross, _describe(run)
+    assert {v.range for v in cross} == {"btl"}
