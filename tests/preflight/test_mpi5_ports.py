@@ -14,7 +14,7 @@ import pytest
 from mpigate.config.model import NetworkProfile
 from mpigate.preflight import LocalRun, PreflightSettings, run_local
 
-from .test_mpi_ports import _describe
+from .test_mpi_ports import _describe, assert_pods_wired_through_pinned_ports
 
 pytestmark = pytest.mark.mpi
 
@@ -100,26 +100,4 @@ def test_openmpi5_pinned_env_across_virtual_pods(openmpi5: tuple[str, str], pinn
     conf = run.confinement
     assert conf is not None
     assert conf.ok, _describe(run)
-    hosts = [r.host for r in run.report.ranks]
-    assert sorted(hosts.count(h) for h in set(hosts)) == [2, 2], hosts
-    connections = conf.select("connection", "network")
-    # Every prted dialled prterun's first OOB port from its own pod.
-    daemons = [v for v in connections if v.socket.process == "prted"]
-    dialled_launcher = {
-        v.socket.local_address
-        for v in daemons
-        if v.socket.remote_address not in run.pods and v.socket.remote_port == pinned.oob_port_min
-    }
-    assert dialled_launcher == set(run.pods), _describe(run)
-    assert {v.range for v in daemons} == {"oob"}, _describe(run)
-    listeners = [v.socket for v in conf.select("listener", "network") if v.socket.process == "prted"]
-    assert {(s.family, s.local_port) for s in listeners} == {("ipv4", pinned.oob_port_min)}
-    assert len({s.pid for s in listeners}) >= 2
-    # Ranks in different pods talked across the bridge, to BTL ports.
-    cross = [
-        v
-        for v in connections
-        if v.socket.process == "python" and v.socket.local_address != v.socket.remote_address
-    ]
-    assert cross, _describe(run)
-    assert {v.range for v in cross} == {"btl"}
+    assert_pods_wired_through_pinned_ports(run, pinned, daemon="prted")

@@ -150,14 +150,22 @@ def test_pinned_env_across_virtual_pods(pinned: NetworkProfile) -> None:
     conf = run.confinement
     assert conf is not None
     assert conf.ok, _describe(run)
+    assert_pods_wired_through_pinned_ports(run, pinned, daemon="orted")
+
+
+def assert_pods_wired_through_pinned_ports(run: LocalRun, pinned: NetworkProfile, *, daemon: str) -> None:
+    """Two virtual pods, two ranks each: every ``daemon`` dialled the launcher's first OOB port
+    from its own pod and listens there, and ranks in different pods talked to BTL ports."""
+    assert run.report is not None and run.confinement is not None
+    conf = run.confinement
     assert len(run.pods) == 2
     # Each pod has its own hostname (UTS namespace), two ranks in each, as in real pods.
-    hosts = [r.host for r in run.report.ranks]  # type: ignore[union-attr]
+    hosts = [r.host for r in run.report.ranks]
     assert sorted(hosts.count(h) for h in set(hosts)) == [2, 2], hosts
 
     connections = conf.select("connection", "network")
-    # Every orted dialled mpirun's OOB port from its own pod.
-    oob = [v for v in connections if v.socket.process == "orted"]
+    # Every daemon dialled the launcher's OOB port from its own pod.
+    oob = [v for v in connections if v.socket.process == daemon]
     dialled_launcher = {
         v.socket.local_address
         for v in oob
@@ -166,11 +174,11 @@ def test_pinned_env_across_virtual_pods(pinned: NetworkProfile) -> None:
     assert dialled_launcher == set(run.pods), _describe(run)
     # Any other daemon traffic (a daemon may also wire up to its peer) is OOB too.
     assert {v.range for v in oob} == {"oob"}, _describe(run)
-    orted_listeners = [v.socket for v in conf.select("listener", "network") if v.socket.process == "orted"]
+    listeners = [v.socket for v in conf.select("listener", "network") if v.socket.process == daemon]
     # Both daemons listen on the first OOB port, IPv4 only. (A sample can also catch a daemon's
     # short-lived fork child holding the same socket: at least one listener per daemon.)
-    assert {(s.family, s.local_port) for s in orted_listeners} == {("ipv4", pinned.oob_port_min)}
-    assert len({s.pid for s in orted_listeners}) >= 2
+    assert {(s.family, s.local_port) for s in listeners} == {("ipv4", pinned.oob_port_min)}
+    assert len({s.pid for s in listeners}) >= 2
     # Ranks in different pods talked across the bridge, to BTL ports.
     cross = [
         v
