@@ -1,0 +1,281 @@
+"""A cost bound for a compiled expression, as a polynomial in the size of its inputs.
+
+The API server stops a runaway expression by tracking the cost of an evaluation as it runs
+(cel-go's ``interpreter.CostTracker``, limited by ``celconfig.PerCallLimit`` = 1,000,000 per
+expression and ``RuntimeCELCostBudget`` = 10,000,000 per admission request; k8s.io/apiserver
+pkg/apis/cel/config.go, pkg/admission/plugin/policy/validating/validator.go). cel-cpp, as
+cel-expr-python exposes it, has no cost tracker. So mpigate bounds the cost *before* running the
+expression instead: at compile time each expression gets a polynomial ``cost(n)`` that bounds the
+work of one evaluation when no list, map or string in its inputs is longer than ``n`` (the shape
+of cel-go's ``checker.CostEstimator``: every node costs 1, a comprehension costs its range's size
+times its loop body, string and list functions cost their operands' size, lists built inside the
+expression grow by what their steps add). At evaluation time ``n`` is measured on the actual
+inputs, and an evaluation whose bound exceeds the per-call limit is not run — it is a runtime error
+of the rule, which then follows its failure policy. The bound is conservative: an expression that
+the API server would let finish may be stopped here when its inputs are large.
+
+The expression tree is read from cel-expr-python's serialized ``cel.expr.CheckedExpr`` (an
+``Any``; field numbers of cel-spec's ``proto/cel/expr/syntax.proto`` and ``checked.proto``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Cost", "estimate", "input_size"]
+
+# Functions whose work is proportional to their operands' size (cel-go checker/cost.go
+# "traversal" costs; 0.1 per character for strings there, 1 per element here). Comparisons are
+# counted as one step, as cel-go counts them for anything but long strings and lists.
+_LINEAR = frozenset(
+    {
+        "contains",
+        "startsWith",
+        "endsWith",
+        "matches",
+        "find",
+        "findAll",
+        "split",
+        "join",
+        "replace",
+        "lowerAscii",
+        "upperAscii",
+        "trim",
+        "substring",
+        "indexOf",
+        "lastIndexOf",
+        "_+_",
+        "@in",
+        "string",
+        "format",
+        "quote",
+        "reverse",
+        "sort",
+        "distinct",
+        "flatten",
+        "isSorted",
+        "sum",
+        "min",
+        "max",
+        "slice",
+        "sets.contains",
+        "sets.equivalent",
+        "sets.intersects",
+        "base64.encode",
+        "base64.decode",
+        "charAt",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """``Σ coefficients[k] · n^k``: a bound on one evaluation's cost for inputs of size ``n``."""
+
+    coefficients: tuple[float, ...]
+
+    @property
+    def degree(self) -> int:
+        return len(self.coefficients) - 1
+
+    def at(self, n: int) -> float:
+        total = 0.0
+        for power, coefficient in enumerate(self.coefficients):
+            total += coefficient * float(n) ** power
+        return total
+
+
+def _add(a: list[float], b: list[float]) -> list[float]:
+    out = [0.0] * max(len(a), len(b))
+    for i, v in enumerate(a):
+        out[i] += v
+    for i, v in enumerate(b):
+        out[i] += v
+    return out
+
+
+def _mul(a: list[float], b: list[float]) -> list[float]:
+    out = [0.0] * (len(a) + len(b) - 1)
+    for i, x in enumerate(a):
+        for j, y in enumerate(b):
+            out[i + j] += x * y
+    return out
+
+
+_ONE = [1.0]
+_N = [0.0, 1.0]
+
+
+# -- protobuf wire format -------------------------------------------------------------------------
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, Any]]:
+    """(field number, value) of one message: varints as ints, length-delimited as bytes."""
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        value: Any
+        if wire == 0:
+            value, pos = _varint(data, pos)
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            value = data[pos : pos + length]
+            pos += length
+        elif wire == 1:
+            value, pos = data[pos : pos + 8], pos + 8
+        elif wire == 5:
+            value, pos = data[pos : pos + 4], pos + 4
+        else:  # pragma: no cover - groups are not used by cel.expr
+            raise ValueError(f"unsupported wire type {wire}")
+        yield number, value
+
+
+def _field(data: bytes, number: int) -> bytes | None:
+    return next((v for n, v in _fields(data) if n == number and isinstance(v, bytes)), None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    kind: str  # const ident select call list struct comprehension
+    name: str = ""  # ident name, select field, call function
+    children: tuple[_Node, ...] = ()
+    # comprehension: (range, accu init, loop condition, loop step, result) in children; name = accu
+
+
+def _parse(data: bytes) -> _Node:
+    for number, value in _fields(data):
+        if number == 3:
+            return _Node("const")
+        if number == 4:
+            return _Node("ident", (_field(value, 1) or b"").decode())
+        if number == 5:
+            operand = _field(value, 1)
+            return _Node(
+                "select",
+                (_field(value, 2) or b"").decode(),
+                (_parse(operand),) if operand is not None else (),
+            )
+        if number == 6:
+            target: list[_Node] = []
+            args: list[_Node] = []
+            function = ""
+            for n, v in _fields(value):
+                if n == 1:
+                    target.append(_parse(v))
+                elif n == 2:
+                    function = v.decode()
+                elif n == 3:
+                    args.append(_parse(v))
+            return _Node("call", function, (*target, *args))
+        if number == 7:
+            return _Node("list", "", tuple(_parse(v) for n, v in _fields(value) if n == 1))
+        if number == 8:
+            values = [_field(entry, 4) for n, entry in _fields(value) if n == 2]
+            return _Node("struct", "", tuple(_parse(v) for v in values if v is not None))
+        if number == 9:
+            parts = dict(_fields(value))
+            accu = bytes(parts.get(3, b"")).decode()
+            children = tuple(_parse(bytes(parts.get(i, b""))) for i in (2, 4, 5, 6, 7))
+            return _Node("comprehension", accu, children)
+    return _Node("const")
+
+
+@dataclass(frozen=True, slots=True)
+class _Estimate:
+    cost: list[float]
+    size: list[float]  # bound on the size (elements or characters) of the value
+
+
+def _estimate(node: _Node, accus: dict[str, list[float]]) -> _Estimate:
+    if node.kind == "const":
+        return _Estimate(_ONE, _ONE)
+    if node.kind == "ident":
+        return _Estimate(_ONE, accus.get(node.name, _N))
+    if node.kind == "select":
+        inner = _estimate(node.children[0], accus) if node.children else _Estimate(_ONE, _N)
+        return _Estimate(_add(inner.cost, _ONE), _N)
+    if node.kind in ("list", "struct"):
+        parts = [_estimate(c, accus) for c in node.children]
+        cost = _ONE
+        for p in parts:
+            cost = _add(cost, p.cost)
+        return _Estimate(cost, [float(len(parts) or 1)])
+    if node.kind == "call":
+        parts = [_estimate(c, accus) for c in node.children]
+        cost = _ONE
+        size: list[float] = _N
+        for p in parts:
+            cost = _add(cost, p.cost)
+        if node.name in _LINEAR:
+            for p in parts:
+                cost = _add(cost, p.size)
+        if node.name == "_+_" and parts:
+            size = [0.0]
+            for p in parts:
+                size = _add(size, p.size)
+        elif node.name == "replace" and len(parts) >= 3:
+            size = _mul(parts[0].size, _add(_ONE, parts[2].size))
+        elif node.name == "join" and parts:
+            size = _mul(parts[0].size, _N)
+        return _Estimate(cost, size)
+    # comprehension: range, accu init, loop condition, loop step, result
+    rng, init, cond, step, result = node.children
+    r = _estimate(rng, accus)
+    i = _estimate(init, accus)
+    # the step's own growth: the accumulator read as empty
+    grown = _estimate(step, {**accus, node.name: [0.0]})
+    accu_size = _add(i.size, _mul(r.size, grown.size))
+    scope = {**accus, node.name: accu_size}
+    c = _estimate(cond, scope)
+    s = _estimate(step, scope)
+    out = _estimate(result, scope)
+    body = _add(c.cost, s.cost)
+    cost = _add(_add(r.cost, i.cost), _add(_mul(r.size, body), out.cost))
+    return _Estimate(cost, accu_size)
+
+
+def estimate(serialized: bytes) -> Cost:
+    """The cost bound of a compiled expression (``Expression.serialize()`` of cel-expr-python)."""
+    checked = _field(serialized, 2) or serialized  # google.protobuf.Any: value
+    expr = _field(checked, 4)
+    if expr is None:
+        return Cost((1.0,))
+    found = _estimate(_parse(expr), {})
+    coefficients = list(found.cost)
+    while len(coefficients) > 1 and coefficients[-1] == 0.0:
+        coefficients.pop()
+    return Cost(tuple(coefficients))
+
+
+def input_size(value: Any, limit: int = 1 << 30) -> int:
+    """The size of the longest list, map or string in ``value`` (the ``n`` of :class:`Cost`)."""
+    largest = 1
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            largest = max(largest, len(item))
+            stack.extend(item.values())
+        elif kind is list:
+            largest = max(largest, len(item))
+            stack.extend(item)
+        elif kind is str:
+            largest = max(largest, len(item))
+        if largest >= limit:
+            break
+    return largest

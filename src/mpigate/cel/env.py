@@ -1,0 +1,184 @@
+"""Compiling and evaluating CEL expressions as the Kubernetes API server does.
+
+The library is cel-expr-python (Google's C++ CEL behind pybind11), chosen by measurement against
+common-expression-language (the Rust interpreter) and cel-python (pure Python); see
+docs/architecture.md. An :class:`Environment` declares the variables an expression may read (all
+``dyn``, as Kubernetes declares objects without a schema) and the function libraries of
+:mod:`mpigate.cel.k8slib`; :meth:`Environment.compile` parses and type-checks, giving located
+errors (line and column within the expression), and bounds the expression's cost
+(:mod:`mpigate.cel.cost`). A :class:`Program` evaluates against an :class:`Inputs` (the variables'
+values, converted once and shared by every program evaluated on the same object).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
+
+from . import k8slib
+from .cost import Cost, estimate, input_size
+from .types import pool
+
+__all__ = [
+    "PER_CALL_LIMIT",
+    "REQUEST_BUDGET",
+    "Budget",
+    "CompileError",
+    "Environment",
+    "EvalError",
+    "Inputs",
+    "Issue",
+    "Program",
+]
+
+# k8s.io/apiserver pkg/apis/cel/config.go: PerCallLimit and RuntimeCELCostBudget.
+PER_CALL_LIMIT = 1_000_000
+REQUEST_BUDGET = 10_000_000
+_ISSUE = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*?)(?:\n \|.*?)*(?=\nERROR: |\Z| \[[A-Z_]+\]\s*\Z)", re.S)
+_MAX_SOURCE = 10_000  # characters; Kubernetes refuses longer expressions (celconfig.MaxRequestSizeBytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """A compile error at ``line``:``column`` (1-based) of the expression's source."""
+
+    line: int
+    column: int
+    message: str
+
+
+class CompileError(ValueError):
+    """The expression does not parse or type-check; ``issues`` says where and why."""
+
+    def __init__(self, issues: Sequence[Issue]) -> None:
+        super().__init__("; ".join(f"{i.line}:{i.column}: {i.message}" for i in issues))
+        self.issues = tuple(issues)
+
+
+class EvalError(RuntimeError):
+    """The evaluation failed (a missing field, a type error, the cost budget)."""
+
+
+def _issues(text: str) -> list[Issue]:
+    found = [
+        Issue(int(m.group(1)), int(m.group(2)), " ".join(m.group(3).split()))
+        for m in _ISSUE.finditer(text + "\n")
+    ]
+    if found:
+        return found
+    return [Issue(1, 1, " ".join(text.split()) or "invalid expression")]
+
+
+@dataclass
+class Budget:
+    """What is left of one request's cost budget (shared by every evaluation of the request)."""
+
+    remaining: float = REQUEST_BUDGET
+    per_call: float = PER_CALL_LIMIT
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """The values of an environment's variables for one evaluation context, converted once."""
+
+    activation: Any
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """A compiled, type-checked expression."""
+
+    source: str
+    expression: Any = field(repr=False, compare=False)
+    cost: Cost
+    digest: str
+
+    def evaluate(self, inputs: Inputs, budget: Budget | None = None) -> Any:
+        """The plain value (bool, int, str, list, dict, ...) of the expression on ``inputs``.
+
+        Raises :class:`EvalError` for an evaluation error or when the expression's cost bound on
+        these inputs exceeds the per-call limit or what is left of ``budget``.
+        """
+        if self.cost.degree > 0:
+            bound = self.cost.at(inputs.size)
+            limit = budget.per_call if budget is not None else PER_CALL_LIMIT
+            if bound > limit:
+                raise EvalError(
+                    f"operation cancelled: actual cost limit exceeded (bound {bound:.0f} for inputs "
+                    f"of size {inputs.size}, limit {limit:.0f})"
+                )
+            if budget is not None:
+                if bound > budget.remaining:
+                    raise EvalError(
+                        "validation failed due to running out of cost budget, no further validation "
+                        "rules will be run"
+                    )
+                budget.remaining -= bound
+        try:
+            result = self.expression.eval(inputs.activation)
+            if result.type() == cel.Type.ERROR:
+                raise EvalError(_clean(str(result.value())))
+            return result.plain_value()
+        except EvalError:
+            raise
+        except Exception as exc:  # the binding's errors (unsupported values, overflow...)
+            raise EvalError(_clean(str(exc))) from None
+
+
+def _clean(text: str) -> str:
+    text = re.sub(r"^[A-Z_]+: ", "", text.strip())
+    return re.sub(r" \[[A-Z_]+\]$", "", text)
+
+
+class Environment:
+    """Variables (all ``dyn``) and the Kubernetes function libraries, compiled once."""
+
+    def __init__(self, variables: Sequence[str]) -> None:
+        self.variables = tuple(variables)
+        self._env = cel.NewEnv(
+            pool(),
+            variables=dict.fromkeys(self.variables, cel.Type.DYN),
+            extensions=[
+                ext_strings.ExtStrings(),
+                ext_optional.ExtOptional(),
+                ext_bindings.ExtBindings(),
+                ext_math.ExtMath(),
+                ext_encoders.ExtEncoders(),
+            ],
+            functions=k8slib.functions(),
+        )
+
+    def compile(self, source: str) -> Program:
+        """Parse and type-check ``source``; :class:`CompileError` with located issues if it fails."""
+        if not isinstance(source, str) or not source.strip():
+            raise CompileError([Issue(1, 1, "the expression is empty")])
+        if len(source) > _MAX_SOURCE:
+            raise CompileError([Issue(1, 1, f"the expression is longer than {_MAX_SOURCE} characters")])
+        try:
+            expression = self._env.compile(source)
+        except Exception as exc:
+            raise CompileError(_issues(str(exc))) from None
+        try:
+            cost = estimate(expression.serialize())
+        except (ValueError, IndexError, UnicodeDecodeError):  # pragma: no cover - binding format
+            cost = estimate(b"")
+        digest = "sha256:" + hashlib.sha256(source.encode()).hexdigest()
+        return Program(source, expression, cost, digest)
+
+    def inputs(self, values: Mapping[str, Any], size: int | None = None) -> Inputs:
+        """The activation for ``values`` (every declared variable; missing ones are ``null``).
+
+        ``size`` is the cost bound's ``n``; measured on ``values`` when omitted."""
+        data = {name: values.get(name) for name in self.variables}
+        try:
+            activation = self._env.Activation(data)
+        except Exception as exc:
+            raise EvalError(f"the inputs cannot be represented in CEL: {_clean(str(exc))}") from None
+        return Inputs(activation, size if size is not None else input_size(data))
