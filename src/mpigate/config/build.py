@@ -15,6 +15,7 @@ from .frozen import freeze
 from .model import (
     AuditSettings,
     Config,
+    CustomRule,
     DataClassification,
     EgressRule,
     Enforcement,
@@ -346,6 +347,19 @@ def build_config(
                 kind, meta["name"], ns, freeze(entry.data), _loc(entry)
             )
 
+    custom_rules = tuple(
+        CustomRule(
+            id=entry.data["spec"]["id"],
+            name=entry.data["metadata"]["name"],
+            title=entry.data["spec"]["title"],
+            action=entry.data["spec"]["action"],
+            controls=tuple(entry.data["spec"]["controls"]),
+            spec=freeze(entry.data["spec"]),
+            source=_loc(entry),
+        )
+        for entry in by_kind.get("CustomRule", [])
+    )
+
     return Config(
         root=root,
         revision=revision,
@@ -364,6 +378,7 @@ def build_config(
         runtimes=MappingProxyType(runtimes),
         files=files,
         warnings=warnings,
+        custom_rules=custom_rules,
         _team_by_namespace=_ro(team_by_namespace),
         _exceptions_by_team=_ro({k: tuple(v) for k, v in by_team.items()}),
     )

@@ -22,6 +22,7 @@ from .problems import Location
 __all__ = [
     "AuditSettings",
     "Config",
+    "CustomRule",
     "DataClassification",
     "EgressRule",
     "Enforcement",
@@ -439,6 +440,20 @@ class PolicyTestSuite:
 
 
 @dataclass(frozen=True, slots=True)
+class CustomRule:
+    """A rule written in CEL (kind CustomRule): ``spec`` is the document's spec with defaults, as
+    read (the policy engine compiles it once per config, :mod:`mpigate.policy.custom`)."""
+
+    id: str
+    name: str
+    title: str
+    action: Mode
+    controls: tuple[str, ...]
+    spec: Mapping[str, Any]
+    source: Location
+
+
+@dataclass(frozen=True, slots=True)
 class Runtime:
     """A Trainer (Cluster)TrainingRuntime kept in the config tree (the manifest is frozen)."""
 
@@ -470,6 +485,7 @@ class Config:
     runtimes: Mapping[tuple[str, str | None, str], Runtime]
     files: tuple[str, ...]
     warnings: tuple[Any, ...] = ()
+    custom_rules: tuple[CustomRule, ...] = ()
     _team_by_namespace: Mapping[str, str] = field(repr=False, compare=False, default_factory=_empty)
     _exceptions_by_team: Mapping[str, tuple[PolicyException, ...]] = field(
         repr=False, compare=False, default_factory=_empty

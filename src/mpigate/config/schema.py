@@ -37,6 +37,7 @@ KINDS: tuple[str, ...] = (
     "TeamNetwork",
     "PolicyException",
     "PolicyTest",
+    "CustomRule",
 )
 
 

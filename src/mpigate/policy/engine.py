@@ -84,6 +84,7 @@ from .context import (
     as_str,
     labels_of,
 )
+from .custom import custom_findings, custom_rule_meta
 from .decision import (
     AdmissionInput,
     AppliedException,
@@ -383,6 +384,25 @@ def _trainjob(
         before_ids = {f.identity for f in _trainjob_findings(old_ctx, _demand(old_ctx))}
         before_ids.update(f.identity for f in _kept_mutations(old_ctx, ()))
         findings = [f for f in findings if f.identity not in before_ids or f.path == _QUEUE_PATH]
+    # CustomRules judge the object as received, reading oldObject themselves (as a
+    # ValidatingAdmissionPolicy does): no grandfathering by the engine
+    findings.extend(
+        custom_findings(
+            config,
+            request,
+            target=request.kind,
+            obj=target,
+            old=old,
+            team=team,
+            namespace=namespace,
+            name=name,
+            labels=ctx.labels,
+            classification=ctx.classification.name if ctx.classification else None,
+            resolution=ctx.resolution,
+            runtime=runtime.manifest if runtime is not None else None,
+            notes=notes,
+        )
+    )
     if ctx.resolution is not None:
         notes.extend(p.message for p in ctx.resolution.problems if p.advisory)
 
@@ -820,6 +840,23 @@ def _runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> Decis
         old_findings, _ = _runtime_findings(config, request, request.old_obj, namespace_opt, name)
         before = {f.identity for f in old_findings}
         findings = [f for f in findings if f.identity not in before]
+    findings.extend(
+        custom_findings(
+            config,
+            request,
+            target="Runtime",
+            obj=obj,
+            old=request.old_obj if request.operation == "UPDATE" and is_mapping(request.old_obj) else None,
+            team=team,
+            namespace=namespace,
+            name=name,
+            labels=labels_of(obj),
+            classification=None,
+            resolution=resolve_runtime(obj),
+            runtime=obj,
+            notes=notes,
+        )
+    )
     exceptions = config.exceptions_for(team.name) if team else ()
     return _decide(
         config,
@@ -887,6 +924,7 @@ def _decide(
     notes: Iterable[str] = (),
 ) -> Decision:
     rules = all_rules()
+    custom = custom_rule_meta(config)
     day = now.astimezone(dt.UTC).date() if now.tzinfo else now.date()
     user = request.user
     held = personas_of(config, team, user) if team is not None and exceptions else frozenset()
@@ -899,10 +937,13 @@ def _decide(
     violations: list[Violation] = []
     warnings: list[str] = []
     for finding in findings:
-        info = rules[finding.rule]
-        mode: Mode = config.org.enforcement.mode_for(finding.rule)
+        meta = custom.get(finding.rule)
+        mode: Mode
+        if meta is not None:
+            mode, controls = meta.mode, meta.controls
+        else:
+            mode, controls = config.org.enforcement.mode_for(finding.rule), rules[finding.rule].controls
         waiver = next((e for e in active if finding.rule in e.rule_ids), None)
-        controls = info.controls
         if classification_controls and finding.rule.startswith(_CLASSIFICATION_FAMILIES):
             controls = (*controls, *(c for c in classification_controls if c not in controls))
         violations.append(

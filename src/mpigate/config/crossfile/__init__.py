@@ -13,6 +13,7 @@ from mpigate.config.problems import Location, Problem
 
 from .access import check_access, check_personas
 from .base import Collector, Entry, Tree, name_of, where_of
+from .customrules import check_custom_rules, custom_rule_ids
 from .exceptions import check_exceptions
 from .namespaces import SYSTEM_NAMESPACES, check_namespaces
 from .network import check_networks
@@ -71,6 +72,7 @@ def cross_file_problems(
         quotas=quotas,
         team_names={n for n in (name_of(e) for e in quotas) if n},
         today=today or dt.datetime.now(dt.UTC).date(),
+        custom_rule_ids=custom_rule_ids(by_kind.get("CustomRule", [])),
     )
     check_ownership(c, tree, (e for entries in by_kind.values() for e in entries))
     check_org(c, tree)
@@ -85,4 +87,5 @@ def cross_file_problems(
     check_exceptions(c, tree, list(by_kind.get("PolicyException", [])), list(by_kind.get("TeamAccess", [])))
     check_runtimes(c, tree, [*by_kind.get("ClusterTrainingRuntime", []), *by_kind.get("TrainingRuntime", [])])
     check_tests(c, tree, list(by_kind.get("PolicyTest", [])))
+    check_custom_rules(c, tree, list(by_kind.get("CustomRule", [])))
     return c.problems

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mpigate.catalogue import rule_ids
 from mpigate.config.problems import PathPart, Problem, Severity, format_path
 from mpigate.config.yamlsource import Document
 
@@ -117,6 +118,13 @@ class Tree:
     quotas: list[Entry]
     team_names: set[str]
     today: dt.date
+    #: IDs of the tree's CustomRules (overrides and exceptions may name them)
+    custom_rule_ids: tuple[str, ...] = ()
+
+    @property
+    def rule_ids(self) -> tuple[str, ...]:
+        """Every rule a pattern may name: the catalogue's and the tree's custom rules."""
+        return (*rule_ids(), *self.custom_rule_ids)
 
     @property
     def valid_quotas(self) -> list[Entry]:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from mpigate.catalogue import expand_rule_pattern, rule_ids
+from mpigate.catalogue import expand_rule_pattern
 from mpigate.config.units import parse_duration
 
 from .access import broad_subject
@@ -92,16 +92,16 @@ def check_exceptions(c: Collector, tree: Tree, exceptions: list[Entry], access: 
         if live is not None:
             _check_approver(c, entry, spec, live, team_members(access, spec["team"]))
         for i, pattern in enumerate(spec["rules"]):
-            waived = expand_rule_pattern(pattern, rule_ids())
+            waived = expand_rule_pattern(pattern, tree.rule_ids)
             if not waived:
                 c.error(
                     entry,
                     ["spec", "rules", i],
                     f"{pattern!r} names no rule",
                     "ref.rule",
-                    did_you_mean(pattern, rule_ids()),
+                    did_you_mean(pattern, tree.rule_ids),
                 )
-            elif pattern not in rule_ids() and live is not None and not live["allowRulePatterns"]:
+            elif pattern not in tree.rule_ids and live is not None and not live["allowRulePatterns"]:
                 shown = ", ".join(sorted(waived)[:6]) + (", ..." if len(waived) > 6 else "")
                 c.error(
                     entry,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mpigate.catalogue import expand_rule_pattern, rule_ids
+from mpigate.catalogue import expand_rule_pattern
 from mpigate.config.units import parse_duration
 
 from .base import Collector, Tree, did_you_mean
@@ -35,13 +35,13 @@ def check_org(c: Collector, tree: Tree) -> None:
                 "ref.profile",
             )
     for pattern in spec["enforcement"]["overrides"]:
-        if not expand_rule_pattern(pattern, rule_ids()):
+        if not expand_rule_pattern(pattern, tree.rule_ids):
             c.error(
                 org,
                 ["spec", "enforcement", "overrides", pattern],
                 f"{pattern!r} names no rule",
                 "ref.rule",
-                did_you_mean(pattern, rule_ids()),
+                did_you_mean(pattern, tree.rule_ids),
             )
     life = spec["lifecycle"]
     if (

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from mpigate.catalogue import rule_ids
 from mpigate.config.problems import PathPart
 from mpigate.config.yamlsource import parse_file
 
@@ -15,7 +14,7 @@ from .base import Collector, Entry, Tree, check_unique, name_of
 def check_tests(c: Collector, tree: Tree, tests: list[Entry]) -> None:
     check_unique(c, tests, name_of, "policy test", ["metadata", "name"])
     base_dir = tree.root if tree.root.is_dir() else tree.root.parent
-    known_rules = rule_ids()
+    known_rules = tree.rule_ids
     for entry in tests:
         if not entry.valid:
             continue

@@ -1,0 +1,195 @@
+"""CustomRule: IDs, references, and every CEL expression compiled, its errors located in the file.
+
+A compile error is reported at the line and column of the YAML file where the offending character
+of the expression is: the expression's own position is mapped through the scalar's style (a
+``|`` block keeps its lines; a ``>`` block, a plain or a quoted scalar folds lines into one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from mpigate.catalogue import rule_ids
+from mpigate.cel.validation import PolicyIssue, compile_policy, environment
+from mpigate.config.frozen import thaw
+from mpigate.config.problems import Location, Problem, format_path
+
+from .base import Collector, Entry, Tree, check_unique, did_you_mean
+
+__all__ = ["check_custom_rules", "custom_rule_ids", "expression_location"]
+
+
+@cache
+def _environment() -> Any:
+    return environment()
+
+
+def custom_rule_ids(entries: Iterable[Entry]) -> tuple[str, ...]:
+    """The IDs the tree's valid CustomRules declare."""
+    return tuple(e.data["spec"]["id"] for e in entries if e.valid and not e.builtin)
+
+
+def expression_location(
+    text: str, line: int, column: int, expr_line: int, expr_column: int
+) -> tuple[int, int]:
+    """Where character ``expr_line``:``expr_column`` (1-based) of a scalar's value is in the file
+    whose text is ``text``, the scalar's value starting at ``line``:``column``."""
+    lines = text.splitlines()
+    if not 0 < line <= len(lines):
+        return line, column
+    head = lines[line - 1][column - 1 :]
+    if head[:1] in ("|", ">"):
+        literal = head[:1] == "|"
+        body = [i for i in range(line, len(lines)) if lines[i].strip()]
+        if not body:
+            return line, column
+        first = body[0]
+        indent = len(lines[first]) - len(lines[first].lstrip(" "))
+        if literal:
+            target = first + expr_line - 1
+            return target + 1, indent + expr_column
+        return _folded(lines, first, indent, expr_column)
+    quote = 1 if head[:1] in ("'", '"') else 0
+    # a one-line plain or quoted scalar (escapes in double quotes may shift the column)
+    if expr_line == 1 and len(head) >= quote + expr_column - 1:
+        return line, column + quote + expr_column - 1
+    indent = column - 1
+    return _folded(lines, line - 1, indent, expr_column, start_column=column - 1 + quote)
+
+
+def _folded(
+    lines: list[str], first: int, indent: int, offset: int, *, start_column: int | None = None
+) -> tuple[int, int]:
+    """The file position of character ``offset`` (1-based) of a value folded from ``lines`` from
+    index ``first`` (each line break read as one space)."""
+    remaining = offset
+    for index in range(first, len(lines)):
+        start = start_column if index == first and start_column is not None else None
+        raw = lines[index]
+        begin = start if start is not None else len(raw) - len(raw.lstrip(" "))
+        content = raw[begin:].rstrip()
+        if remaining <= len(content) + 1:
+            return index + 1, begin + remaining
+        remaining -= len(content) + 1
+    return first + 1, indent + 1
+
+
+def _pairs(items: Any) -> list[tuple[str, str]]:
+    return [(str(item["name"]), str(item["expression"])) for item in items] if items else []
+
+
+def compile_rule(spec: Any, params: Any) -> Any:
+    """The :class:`~mpigate.cel.validation.CompiledPolicy` of a CustomRule ``spec`` with ``params``
+    (a list of :class:`~mpigate.cel.validation.PolicyIssue` when it does not compile)."""
+    spec = thaw(spec)
+    return compile_policy(
+        _environment(),
+        match_conditions=_pairs(spec.get("matchConditions")),
+        variables=_pairs(spec.get("variables")),
+        validations=spec["validations"],
+        failure_policy=spec.get("failurePolicy", "Fail"),
+        params=thaw(params),
+        base=("spec",),
+    )
+
+
+def _file_text(tree: Tree, entry: Entry) -> str:
+    root = tree.root
+    path = root / entry.doc.file if root.is_dir() else root
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+def _report(c: Collector, tree: Tree, entry: Entry, issues: list[PolicyIssue]) -> None:
+    text = _file_text(tree, entry)
+    for issue in issues:
+        value_at = entry.doc.locate(issue.path, key=False)
+        line, column = value_at.line, value_at.column
+        if text and line:
+            line, column = expression_location(text, line, column, issue.issue.line, issue.issue.column)
+        c.problems.append(
+            Problem(
+                Location(entry.doc.file, line, column),
+                format_path(issue.path),
+                f"CEL: {issue.issue.message}",
+                "cel.compile",
+                hint="docs/policies/custom-rules.md lists the variables and functions expressions may use",
+            )
+        )
+
+
+def check_custom_rules(c: Collector, tree: Tree, entries: list[Entry]) -> None:
+    """IDs unique and outside the catalogue, teams and controls that exist, every expression compiles
+    (with its default parameters and with each team's)."""
+    valid = [e for e in entries if e.valid and not e.builtin]
+    check_unique(c, valid, lambda e: e.data["spec"]["id"], "custom rule ID", ["spec", "id"])
+    check_unique(c, valid, lambda e: e.data["metadata"]["name"], "CustomRule", ["metadata", "name"])
+    catalogue = set(rule_ids())
+    # The control catalogues are data (report/controls/*.yaml) that the rule catalogue's controls
+    # name too; read here so that a control no report knows is an error, not a silent gap.
+    from mpigate.report.controls import all_frameworks
+
+    known_controls = {control.id for fw in all_frameworks().values() for control in fw.controls}
+    for entry in valid:
+        spec = entry.data["spec"]
+        rule_id = spec["id"]
+        if rule_id in catalogue or rule_id.startswith("MPG-"):
+            c.error(
+                entry,
+                ["spec", "id"],
+                f"{rule_id} is reserved: MPG- IDs belong to mpigate's catalogue",
+                "customrule.id",
+                "choose an ID with your organisation's prefix (ACME-OWNER-LABEL)",
+            )
+        for i, team in enumerate(spec["match"].get("teams", [])):
+            c.ref(
+                entry, ["spec", "match", "teams", i], team, tree.team_names, f"no team {team!r}", "ref.team"
+            )
+        for team in spec["teamParams"]:
+            c.ref(entry, ["spec", "teamParams", team], team, tree.team_names, f"no team {team!r}", "ref.team")
+        classifications = tree.classifications
+        for i, name in enumerate(spec["match"].get("classifications", [])):
+            c.ref(
+                entry,
+                ["spec", "match", "classifications", i],
+                name,
+                classifications,
+                f"no data classification {name!r} in the OrgPolicy",
+                "ref.classification",
+            )
+        for i, control in enumerate(spec["controls"]):
+            if control not in known_controls:
+                c.error(
+                    entry,
+                    ["spec", "controls", i],
+                    f"no control {control!r} in the compliance catalogues",
+                    "ref.control",
+                    did_you_mean(control, known_controls),
+                )
+        if "Pod" not in spec["match"]["targets"] and spec["match"].get("replicatedJobs"):
+            c.error(
+                entry,
+                ["spec", "match", "replicatedJobs"],
+                "replicatedJobs selects pods, but the rule does not target Pod",
+                "customrule.match",
+                "add Pod to match.targets or remove replicatedJobs",
+            )
+        compiled = compile_rule(spec, spec.get("params"))
+        if isinstance(compiled, list):
+            _report(c, tree, entry, compiled)
+            continue
+        for team, params in spec["teamParams"].items():
+            per_team = compile_rule(spec, params)
+            if isinstance(per_team, list):  # an expression that only fails with these params
+                _report(c, tree, entry, per_team)
+                c.error(
+                    entry,
+                    ["spec", "teamParams", team],
+                    f"the expressions do not compile with team {team}'s params",
+                    "cel.compile",
+                )
