@@ -78,7 +78,7 @@ def _run(env: Environment, source: str, obj: Any = None) -> Any:
         ('base64.encode(b"hi")', "aGk="),
         ('object.spec.containers.all(c, c.name.startsWith("a"))', True),
         ('object.spec.containers.exists_one(c, c.name == "a1")', True),
-        ('has(object.spec.hostNetwork)', False),
+        ("has(object.spec.hostNetwork)", False),
     ],
 )
 def test_kubernetes_functions(env: Environment, source: str, expected: Any) -> None:
@@ -99,9 +99,9 @@ def test_kubernetes_functions(env: Environment, source: str, expected: Any) -> N
 def test_compile_errors_are_located(env: Environment, source: str, line: int, column: int, text: str) -> None:
     with pytest.raises(CompileError) as caught:
         env.compile(source)
-    assert any(
-        i.line == line and i.column == column and text in i.message for i in caught.value.issues
-    ), caught.value.issues
+    assert any(i.line == line and i.column == column and text in i.message for i in caught.value.issues), (
+        caught.value.issues
+    )
 
 
 @pytest.mark.parametrize(
@@ -110,7 +110,7 @@ def test_compile_errors_are_located(env: Environment, source: str, line: int, co
         ("object.missing.x", "missing"),
         ("1 / (size(object.spec) - 1)", "divide by zero"),
         ("9223372036854775807 + size(object.spec)", "overflow"),
-        ('quantity(object.spec.containers[0].name)', "regular expression"),
+        ("quantity(object.spec.containers[0].name)", "regular expression"),
         ("object.spec.containers[3]", "index"),
     ],
 )

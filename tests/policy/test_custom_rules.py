@@ -1,0 +1,169 @@
+"""CustomRules (CEL) from the config tree through the engine: located compile errors, job and pod
+targets, the path of a pod's violation, modes, failure policy, the cost budget."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mpigate.config import check_tree, load
+from tests.conftest import REPO, TODAY
+from tests.policy.helpers import decide, read
+
+OWNER = """\
+apiVersion: mpigate.io/v1alpha1
+kind: CustomRule
+metadata: {name: owner-label}
+spec:
+  id: ACME-OWNER-LABEL
+  title: Every TrainJob carries an owner label
+  controls: [CC6.1]
+  validations:
+    - expression: >-
+        has(object.metadata.labels) && 'acme.example/owner' in object.metadata.labels
+      message: the TrainJob has no acme.example/owner label
+"""
+
+RUN_AS_USER = """\
+apiVersion: mpigate.io/v1alpha1
+kind: CustomRule
+metadata: {name: run-as-user}
+spec:
+  id: ACME-RUNASUSER
+  title: runAsUser between 1000 and 2000
+  match: {targets: [Pod]}
+  params: {min: 1000, max: 2000}
+  validations:
+    - expression: |
+        object.spec.containers.all(c,
+          !has(c.securityContext) || !has(c.securityContext.runAsUser) ||
+          (c.securityContext.runAsUser >= params.min && c.securityContext.runAsUser <= params.max))
+      messageExpression: "'runAsUser must be between ' + string(params.min) + ' and ' + string(params.max)"
+      fieldPath: spec.containers[*].securityContext.runAsUser
+"""
+
+
+def _tree(tmp_path: Path, *docs: str) -> Path:
+    root = tmp_path / "org"
+    for folder in ("policies", "quotas", "rbac", "networkpolicies"):
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("tests"))
+    (root / "policies" / "rules").mkdir()
+    (root / "policies" / "rules" / "custom.yaml").write_text("---\n".join(docs), encoding="utf-8")
+    return root
+
+
+def _job(**labels: str) -> dict[str, Any]:
+    job = read("trainjobs/cpu-smoke.yaml")
+    job["metadata"].setdefault("labels", {}).update(labels)
+    return job
+
+
+def test_a_job_rule_denies_and_carries_its_controls(tmp_path: Path) -> None:
+    config = load(_tree(tmp_path, OWNER), today=TODAY)
+    decision = decide(config, _job())
+    assert not decision.allowed
+    (violation,) = [v for v in decision.violations if v.rule == "ACME-OWNER-LABEL"]
+    assert violation.mode == "enforce"
+    assert violation.controls == ("CC6.1",)
+    assert "acme.example/owner" in violation.message
+    assert decide(config, _job(**{"acme.example/owner": "maria"})).allowed
+
+
+def test_an_override_sets_a_custom_rules_mode(tmp_path: Path) -> None:
+    root = _tree(tmp_path, OWNER)
+    org = root / "policies" / "org.yaml"
+    data = yaml.safe_load(org.read_text())
+    data["spec"].setdefault("enforcement", {}).setdefault("overrides", {})["ACME-OWNER"] = "warn"
+    org.write_text(yaml.safe_dump(data))
+    decision = decide(load(root, today=TODAY), _job())
+    assert decision.allowed
+    assert any(w.startswith("[ACME-OWNER-LABEL]") for w in decision.warnings)
+
+
+def test_a_pod_violation_names_the_patch_that_set_the_field(tmp_path: Path) -> None:
+    config = load(_tree(tmp_path, RUN_AS_USER), today=TODAY)
+    job = _job()
+    job["spec"]["runtimePatches"] = [
+        {
+            "manager": "acme.example/tuning",
+            "trainingRuntimeSpec": {
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {
+                                "name": "node",
+                                "template": {
+                                    "spec": {
+                                        "template": {
+                                            "spec": {
+                                                "containers": [
+                                                    {"name": "node", "securityContext": {"runAsUser": 0}}
+                                                ]
+                                            }
+                                        }
+                                    }
+                                },
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    ]
+    decision = decide(config, job)
+    found = [v for v in decision.violations if v.rule == "ACME-RUNASUSER"]
+    assert found, decision.violations
+    assert found[0].message == "runAsUser must be between 1000 and 2000"
+    assert "runtimePatches[manager=acme.example/tuning]" in found[0].path
+    assert found[0].path.endswith("securityContext.runAsUser")
+
+
+def test_compile_error_points_into_the_expression(tmp_path: Path) -> None:
+    broken = RUN_AS_USER.replace("params.max))", "params.max) +)")
+    result = check_tree(_tree(tmp_path, broken), today=TODAY)
+    (problem,) = [p for p in result.errors if p.code == "cel.compile"]
+    text = (tmp_path / "org" / "policies" / "rules" / "custom.yaml").read_text().splitlines()
+    line = text[problem.location.line - 1]
+    assert "params.max) +)" in line
+    assert line[problem.location.column - 1] == ")"
+    assert problem.path == "spec.validations[0].expression"
+
+
+def test_reserved_and_unknown_references_are_refused(tmp_path: Path) -> None:
+    bad = OWNER.replace("ACME-OWNER-LABEL", "MPG-OWNER").replace("[CC6.1]", "[CC99.9]")
+    codes = {p.code for p in check_tree(_tree(tmp_path, bad), today=TODAY).errors}
+    assert {"customrule.id", "ref.control"} <= codes
+
+
+@pytest.mark.parametrize(("policy", "allowed"), [("Fail", False), ("Ignore", True)])
+def test_runtime_error_follows_the_failure_policy(tmp_path: Path, policy: str, allowed: bool) -> None:
+    rule = OWNER.replace(
+        "has(object.metadata.labels) && 'acme.example/owner' in object.metadata.labels",
+        "object.metadata.annotations['nope'] == 'x'",
+    ).replace("  validations:", f"  failurePolicy: {policy}\n  validations:")
+    decision = decide(load(_tree(tmp_path, rule), today=TODAY), _job())
+    assert decision.allowed is allowed
+    if policy == "Fail":
+        (violation,) = [v for v in decision.violations if v.rule == "ACME-OWNER-LABEL"]
+        assert "resulted in error" in violation.message
+    else:
+        assert not decision.violations
+        assert any(w.startswith("[ACME-OWNER-LABEL] not evaluated") for w in decision.warnings)
+
+
+def test_a_runaway_expression_is_stopped_by_the_cost_bound(tmp_path: Path) -> None:
+    rule = OWNER.replace(
+        "has(object.metadata.labels) && 'acme.example/owner' in object.metadata.labels",
+        "object.spec.trainer.env.all(a, object.spec.trainer.env.all(b, "
+        "object.spec.trainer.env.all(c, object.spec.trainer.env.all(d, a != d))))",
+    )
+    job = _job()
+    job["spec"]["trainer"]["env"] = [{"name": f"V{i}", "value": "x"} for i in range(200)]
+    decision = decide(load(_tree(tmp_path, rule), today=TODAY), job)
+    (violation,) = [v for v in decision.violations if v.rule == "ACME-OWNER-LABEL"]
+    assert "cost limit exceeded" in violation.message
+    assert not decision.allowed
