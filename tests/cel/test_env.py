@@ -146,3 +146,19 @@ def test_input_size_is_the_longest_collection_or_string() -> None:
 def test_digest_identifies_the_source(env: Environment) -> None:
     a, b = env.compile("true"), env.compile("true ")
     assert a.digest.startswith("sha256:") and a.digest != b.digest
+
+
+def test_imports_before_the_config_package() -> None:
+    # mpigate.cel is imported first by anything that only evaluates CEL (a benchmark, a script);
+    # it must not depend on mpigate.config having been imported before it (the config package's
+    # custom-rule checks import mpigate.cel back).
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "from mpigate.cel import Environment; Environment(['object'])"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr

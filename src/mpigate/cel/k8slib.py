@@ -30,8 +30,6 @@ from urllib.parse import SplitResult, parse_qsl, quote, urlsplit
 
 from cel_expr_python import cel
 
-from mpigate.config.units import parse_quantity
-
 from .types import message_class
 
 __all__ = ["functions"]
@@ -83,6 +81,9 @@ def _to_quantity(text: str) -> Any:
     # resource.ParseQuantity: no surrounding space, the regular expression of quantity.go
     if not isinstance(text, str) or not _QUANTITY_TEXT.match(text):
         raise ValueError(f"quantities must match the regular expression '{_QUANTITY_TEXT.pattern}'")
+    # Imported here: importing mpigate.config loads its custom-rule checks, which import mpigate.cel.
+    from mpigate.config.units import parse_quantity
+
     return _new("kubernetes.Quantity", _fraction_text(parse_quantity(text)))
 
 
