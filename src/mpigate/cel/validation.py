@@ -8,16 +8,18 @@ Each expression is compiled twice: on its own in an environment that declares ``
 ``variables`` (so that a compile error is located in that expression, for ``mpigate check``), and
 wrapped in ``cel.bind`` for evaluation, where ``params`` is the policy's parameter object (known
 when the config is loaded, so it is part of the program, not converted per request) and
-``variables`` the composited variables in declaration order. Unlike the API server, which
-evaluates a variable lazily once per request, a variable is evaluated (eagerly) with each
-expression that is evaluated; an error in a variable therefore fails every expression of the
-policy, where the API server fails only those that read it.
+``variables`` the variables the expression reads (directly or through other variables), in
+declaration order. The API server evaluates a variable lazily, once per request; here a variable is
+evaluated with each expression that reads it — the same results, and an error in a variable fails
+only the expressions that read it, as there. The length limit of an expression applies to what
+was written, not to the wrapped program.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -165,6 +167,19 @@ def _literal(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, default=str)
 
 
+_VARIABLE_REF = re.compile(r"\bvariables\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _read(source: str, variables: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The variables ``source`` reads, directly or through the variables it reads, in declaration
+    order (a name in a string literal counts too: reading a variable needlessly is harmless)."""
+    wanted = set(_VARIABLE_REF.findall(source))
+    for name, expression in reversed(variables):  # a variable reads only earlier ones
+        if name in wanted:
+            wanted.update(_VARIABLE_REF.findall(expression))
+    return [(name, expression) for name, expression in variables if name in wanted]
+
+
 def _wrap(source: str, params: Any, variables: Sequence[tuple[str, str]]) -> str:
     bound = f"({source})"
     # innermost first: each level binds `variables` to the previous names plus its own
@@ -207,7 +222,7 @@ def compile_policy(
         try:
             program = env.compile(source)  # located errors, against the declared variables
             if wrap and not broken_variables:
-                program = env.compile(_wrap(source, params, variables))
+                program = env.compile(_wrap(source, params, _read(source, variables)), limit_length=False)
         except CompileError as exc:
             issues.extend(PolicyIssue((*base, *path), i) for i in exc.issues)
             return None
