@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
@@ -11,6 +11,7 @@ from typing import Any, cast
 from mpigate.catalogue import expand_rule_pattern
 
 from .crossfile import Entry
+from .crossfile.admissionpolicies import admission_rules
 from .frozen import freeze
 from .model import (
     AuditSettings,
@@ -213,6 +214,7 @@ def build_config(
     revision: str,
     files: tuple[str, ...],
     warnings: tuple[Problem, ...],
+    objects: Sequence[Entry] = (),
 ) -> Config:
     """Build the model. Callers guarantee the tree has no errors (see ``check_tree``)."""
     org = _org(by_kind["OrgPolicy"][0])
@@ -358,6 +360,10 @@ def build_config(
             source=_loc(entry),
         )
         for entry in by_kind.get("CustomRule", [])
+    ) + admission_rules(
+        [*by_kind.get("ValidatingAdmissionPolicy", []), *by_kind.get("ValidatingAdmissionPolicyBinding", [])],
+        objects,
+        _loc,
     )
 
     return Config(

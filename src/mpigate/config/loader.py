@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from .admission import ADMISSION_API, ADMISSION_KINDS
 from .build import build_config
 from .crossfile import Entry, cross_file_problems
 from .discovery import IGNORE_FILE, discover
 from .model import Config
 from .problems import ConfigError, Location, Problem, Severity
 from .revision import tree_revision
-from .schema import API_VERSION, KINDS, apply_defaults, validate_document
+from .schema import ADMISSION_SCHEMA_KINDS, API_VERSION, KINDS, apply_defaults, validate_document
 from .yamlsource import Document, parse_documents, parse_file
 
 __all__ = ["CheckResult", "check_tree", "is_config_tree", "load"]
@@ -103,7 +104,11 @@ def _nested_trees(orgs: list[Entry]) -> list[Problem]:
     return problems
 
 
-def _dispatch(doc: Document, problems: list[Problem], ignored: list[str]) -> Entry | None:
+def _dispatch(
+    doc: Document, problems: list[Problem], ignored: list[str], objects: list[Entry]
+) -> Entry | None:
+    """The entry of a document of a kind the tree holds; any other document is ``ignored`` and,
+    kept in ``objects``, may be a ValidatingAdmissionPolicyBinding's parameters."""
     data = doc.data
     where = f"{doc.file}#{doc.index}"
     if not isinstance(data, dict):
@@ -162,7 +167,25 @@ def _dispatch(doc: Document, problems: list[Problem], ignored: list[str]) -> Ent
         and kind in RUNTIME_KINDS
     ):
         return Entry(kind=str(kind), doc=doc, data=data)
+    if (
+        kind in ADMISSION_KINDS
+        and isinstance(api_version, str)
+        and api_version.startswith("admissionregistration.k8s.io/")
+    ):
+        if api_version == ADMISSION_API:
+            return Entry(kind=str(kind), doc=doc, data=data)
+        problems.append(
+            Problem(
+                doc.locate(("apiVersion",)),
+                "apiVersion",
+                f"mpigate reads {kind} as {ADMISSION_API}, got {api_version!r}",
+                "document.api-version",
+                hint=f"set apiVersion: {ADMISSION_API} (the fields are the same)",
+            )
+        )
+        return None
     ignored.append(f"{where} ({kind or 'no kind'})")
+    objects.append(Entry(kind=str(kind), doc=doc, data=data))
     return None
 
 
@@ -199,16 +222,17 @@ def check_tree(path: str | Path, *, revision: str | None = None, today: dt.date 
     problems: list[Problem] = []
     ignored: list[str] = []
     entries: list[Entry] = []
+    objects: list[Entry] = []
     documents = 0
     for file in files:
         docs, parse_problems = parse_file(str(file), _display(file, root))
         problems.extend(parse_problems)
         for doc in docs:
             documents += 1
-            entry = _dispatch(doc, problems, ignored)
+            entry = _dispatch(doc, problems, ignored, objects)
             if entry is None:
                 continue
-            if entry.kind in KINDS:
+            if entry.kind in KINDS or entry.kind in ADMISSION_SCHEMA_KINDS:
                 schema_problems = validate_document(entry.kind, doc)
                 problems.extend(schema_problems)
                 if schema_problems:
@@ -239,7 +263,7 @@ def check_tree(path: str | Path, *, revision: str | None = None, today: dt.date 
             tuple(ignored),
             (),
         )
-    problems.extend(cross_file_problems(by_kind, root, today))
+    problems.extend(cross_file_problems(by_kind, root, today, objects))
     display_files = tuple(_display(f, root) for f in files)
     has_errors = any(p.severity is Severity.ERROR for p in problems)
     config = None
@@ -252,6 +276,7 @@ def check_tree(path: str | Path, *, revision: str | None = None, today: dt.date 
             or tree_revision(root, files),
             files=display_files,
             warnings=tuple(p for p in problems if p.severity is Severity.WARNING),
+            objects=objects,
         )
     return CheckResult(
         root=str(root),

@@ -17,9 +17,11 @@ from typing import Any, Literal
 
 from mpigate.catalogue import all_rules, expand_rule_pattern, rule_ids
 
+from .admission import BindingParams
 from .problems import Location
 
 __all__ = [
+    "AdmissionBinding",
     "AuditSettings",
     "Config",
     "CustomRule",
@@ -440,9 +442,23 @@ class PolicyTestSuite:
 
 
 @dataclass(frozen=True, slots=True)
+class AdmissionBinding:
+    """A ValidatingAdmissionPolicyBinding of the tree and what its policy selects: ``constraints``
+    are the policy's matchConstraints and the binding's matchResources (None: everything);
+    ``params`` its parameter objects (None: the policy reads none)."""
+
+    policy: str
+    binding: str
+    constraints: tuple[Mapping[str, Any] | None, ...]
+    params: BindingParams | None
+
+
+@dataclass(frozen=True, slots=True)
 class CustomRule:
     """A rule written in CEL (kind CustomRule): ``spec`` is the document's spec with defaults, as
-    read (the policy engine compiles it once per config, :mod:`mpigate.policy.custom`)."""
+    read (the policy engine compiles it once per config, :mod:`mpigate.policy.custom`). A
+    ValidatingAdmissionPolicy of the tree is one such rule per binding: ``spec`` is the policy's,
+    ``admission`` the binding."""
 
     id: str
     name: str
@@ -451,6 +467,7 @@ class CustomRule:
     controls: tuple[str, ...]
     spec: Mapping[str, Any]
     source: Location
+    admission: AdmissionBinding | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from .problems import Problem, Severity, format_path
 from .yamlsource import Document
 
 __all__ = [
+    "ADMISSION_SCHEMA_KINDS",
     "API_VERSION",
     "KINDS",
     "apply_defaults",
@@ -39,6 +40,8 @@ KINDS: tuple[str, ...] = (
     "PolicyTest",
     "CustomRule",
 )
+# Kubernetes kinds a tree may hold, validated by mpigate's schemas of them (config/admission.py).
+ADMISSION_SCHEMA_KINDS: tuple[str, ...] = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
 def _read_schema_file(name: str) -> dict[str, Any]:
@@ -50,10 +53,12 @@ def _read_schema_file(name: str) -> dict[str, Any]:
 
 @cache
 def _kind_schema_json(kind: str) -> str:
-    if kind not in KINDS:
+    if kind not in KINDS and kind not in ADMISSION_SCHEMA_KINDS:
         raise KeyError(kind)
     schema = _read_schema_file(f"{kind}.yaml")
     common = _read_schema_file("_common.yaml")["$defs"]
+    if kind in ADMISSION_SCHEMA_KINDS:
+        common = {**common, **_read_schema_file("_admission.yaml")["$defs"]}
     defs = {**common, **schema.get("$defs", {})}
     ordered: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from mpigate.config import Config
+from mpigate.config.admission import ADMISSION_API, ADMISSION_KINDS
 from mpigate.config.loader import REVISION_FILE, RUNTIME_KINDS, TRAINER_API_GROUP
 
 from .errors import RenderError, RenderProblem
@@ -48,12 +49,21 @@ def bundle_key(relative_path: str) -> str:
     return relative_path.replace("/", "__")
 
 
-def _is_config_document(api_version: Any, kind: Any) -> bool:
+def _is_config_document(
+    api_version: Any, kind: Any, params: frozenset[tuple[str, str]] = frozenset()
+) -> bool:
+    """Whether the webhook needs the document: mpigate's kinds but PolicyTests, runtimes, the
+    cluster's ValidatingAdmissionPolicies and their bindings, and documents of a kind that a
+    binding takes its parameters from (``params``: (apiVersion, kind))."""
     if not isinstance(api_version, str):
         return False
     group = api_version.split("/")[0]
     if group == "mpigate.io":
         return bool(kind != "PolicyTest")
+    if api_version == ADMISSION_API and kind in ADMISSION_KINDS:
+        return True
+    if (api_version, kind) in params:
+        return True
     return group == TRAINER_API_GROUP and kind in RUNTIME_KINDS
 
 
@@ -79,6 +89,12 @@ def collect_bundle(config: Config) -> Bundle:
     origin: dict[str, str] = {}
     excluded: list[str] = []
     problems: list[RenderProblem] = []
+    params = frozenset(
+        (o.api_version, o.kind)
+        for rule in config.custom_rules
+        if rule.admission is not None and rule.admission.params is not None
+        for o in rule.admission.params.objects
+    )
     for rel in config.files:
         path = base / rel
         try:
@@ -87,7 +103,7 @@ def collect_bundle(config: Config) -> Bundle:
             problems.append(RenderProblem(rel, 0, f"cannot read config file: {exc.strerror}"))
             continue
         identities = _identities(text)
-        keep = [_is_config_document(*identity) for identity in identities]
+        keep = [_is_config_document(*identity, params) for identity in identities]
         if not any(keep):
             excluded.append(rel)
             continue

@@ -6,12 +6,13 @@ One module per concern; each ``check_*`` adds its problems to a :class:`Collecto
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mpigate.config.problems import Location, Problem
 
 from .access import check_access, check_personas
+from .admissionpolicies import admission_rule_ids, check_admission_policies
 from .base import Collector, Entry, Tree, name_of, where_of
 from .customrules import check_custom_rules, custom_rule_ids
 from .exceptions import check_exceptions
@@ -55,12 +56,20 @@ def _singleton(c: Collector, entries: list[Entry], kind: str, required: bool, ro
 
 
 def cross_file_problems(
-    by_kind: Mapping[str, list[Entry]], root: Path, today: dt.date | None = None
+    by_kind: Mapping[str, list[Entry]],
+    root: Path,
+    today: dt.date | None = None,
+    objects: Sequence[Entry] = (),
 ) -> list[Problem]:
     """Every cross-file problem of a tree whose documents are grouped by kind.
 
-    ``today`` (UTC) decides which exceptions have expired; tests pin it.
+    ``today`` (UTC) decides which exceptions have expired; tests pin it. ``objects`` are the tree's
+    documents of other kinds (parameters of ValidatingAdmissionPolicyBindings).
     """
+    admission = [
+        *by_kind.get("ValidatingAdmissionPolicy", []),
+        *by_kind.get("ValidatingAdmissionPolicyBinding", []),
+    ]
     c = Collector()
     quotas = list(by_kind.get("TeamQuota", []))
     tree = Tree(
@@ -72,7 +81,7 @@ def cross_file_problems(
         quotas=quotas,
         team_names={n for n in (name_of(e) for e in quotas) if n},
         today=today or dt.datetime.now(dt.UTC).date(),
-        custom_rule_ids=custom_rule_ids(by_kind.get("CustomRule", [])),
+        custom_rule_ids=(*custom_rule_ids(by_kind.get("CustomRule", [])), *admission_rule_ids(admission)),
     )
     check_ownership(c, tree, (e for entries in by_kind.values() for e in entries))
     check_org(c, tree)
@@ -88,4 +97,5 @@ def cross_file_problems(
     check_runtimes(c, tree, [*by_kind.get("ClusterTrainingRuntime", []), *by_kind.get("TrainingRuntime", [])])
     check_tests(c, tree, list(by_kind.get("PolicyTest", [])))
     check_custom_rules(c, tree, list(by_kind.get("CustomRule", [])))
+    check_admission_policies(c, tree, admission, list(objects))
     return c.problems

@@ -19,7 +19,14 @@ from mpigate.config.problems import Location, Problem, format_path
 
 from .base import Collector, Entry, Tree, check_unique, did_you_mean
 
-__all__ = ["check_custom_rules", "custom_rule_ids", "expression_location"]
+__all__ = [
+    "check_custom_rules",
+    "compile_rule",
+    "custom_rule_ids",
+    "expression_location",
+    "known_controls",
+    "report_compile_errors",
+]
 
 
 @cache
@@ -96,6 +103,15 @@ def compile_rule(spec: Any, params: Any) -> Any:
     )
 
 
+def known_controls() -> set[str]:
+    """Every control of the compliance catalogues. They are data (report/controls/*.yaml) that the
+    rule catalogue's controls name too; read here so that a control no report knows is an error,
+    not a silent gap."""
+    from mpigate.report.controls import all_frameworks
+
+    return {control.id for fw in all_frameworks().values() for control in fw.controls}
+
+
 def _file_text(tree: Tree, entry: Entry) -> str:
     root = tree.root
     path = root / entry.doc.file if root.is_dir() else root
@@ -105,7 +121,8 @@ def _file_text(tree: Tree, entry: Entry) -> str:
         return ""
 
 
-def _report(c: Collector, tree: Tree, entry: Entry, issues: list[PolicyIssue]) -> None:
+def report_compile_errors(c: Collector, tree: Tree, entry: Entry, issues: list[PolicyIssue]) -> None:
+    """Each compile error at the line and column of the file where its character is."""
     text = _file_text(tree, entry)
     for issue in issues:
         value_at = entry.doc.locate(issue.path, key=False)
@@ -130,11 +147,7 @@ def check_custom_rules(c: Collector, tree: Tree, entries: list[Entry]) -> None:
     check_unique(c, valid, lambda e: e.data["spec"]["id"], "custom rule ID", ["spec", "id"])
     check_unique(c, valid, lambda e: e.data["metadata"]["name"], "CustomRule", ["metadata", "name"])
     catalogue = set(rule_ids())
-    # The control catalogues are data (report/controls/*.yaml) that the rule catalogue's controls
-    # name too; read here so that a control no report knows is an error, not a silent gap.
-    from mpigate.report.controls import all_frameworks
-
-    known_controls = {control.id for fw in all_frameworks().values() for control in fw.controls}
+    known = known_controls()
     for entry in valid:
         spec = entry.data["spec"]
         rule_id = spec["id"]
@@ -163,13 +176,13 @@ def check_custom_rules(c: Collector, tree: Tree, entries: list[Entry]) -> None:
                 "ref.classification",
             )
         for i, control in enumerate(spec["controls"]):
-            if control not in known_controls:
+            if control not in known:
                 c.error(
                     entry,
                     ["spec", "controls", i],
                     f"no control {control!r} in the compliance catalogues",
                     "ref.control",
-                    did_you_mean(control, known_controls),
+                    did_you_mean(control, known),
                 )
         if "Pod" not in spec["match"]["targets"] and spec["match"].get("replicatedJobs"):
             c.error(
@@ -181,12 +194,12 @@ def check_custom_rules(c: Collector, tree: Tree, entries: list[Entry]) -> None:
             )
         compiled = compile_rule(spec, spec.get("params"))
         if isinstance(compiled, list):
-            _report(c, tree, entry, compiled)
+            report_compile_errors(c, tree, entry, compiled)
             continue
         for team, params in spec["teamParams"].items():
             per_team = compile_rule(spec, params)
             if isinstance(per_team, list):  # an expression that only fails with these params
-                _report(c, tree, entry, per_team)
+                report_compile_errors(c, tree, entry, per_team)
                 c.error(
                     entry,
                     ["spec", "teamParams", team],
