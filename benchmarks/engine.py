@@ -7,7 +7,13 @@ mutated object, the webhook's hot path); per example the script prints p50/p99 i
 both configs, then the overall rate. Lookups are prepared at config load, so the 1,000-team column
 should match the 3-team one. Goal: p99 ≤ 2 ms per evaluation.
 
-    .venv/bin/python benchmarks/engine.py [--rounds N]
+``--custom N`` adds a column: the example org with N CustomRules (issue 22: ten rule shapes of the
+cookbook — owner label, runAsUser range, added capabilities, hostPort range, image repositories,
+memory limit/request ratio, forbidden env names, replicas, a read-only root filesystem for PHI,
+required pod labels — cycled with their own IDs and parameters, half on the job and half on every
+effective pod), and prints the difference to the catalogue-only p99 and the cost per rule.
+
+    .venv/bin/python benchmarks/engine.py [--rounds N] [--custom N]
 """
 
 from __future__ import annotations
@@ -71,6 +77,87 @@ def generated_org(target: Path, teams: int) -> Config:
     return load(target, revision="bench")
 
 
+# (target, params, validation expression) of the ten rule shapes --custom cycles through
+RULE_SHAPES: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "TrainJob",
+        {"label": "acme.example/owner"},
+        "params.label in object.metadata.?labels.orValue({}) || true",
+    ),
+    (
+        "Pod",
+        {"min": 0, "max": 65535},
+        "object.spec.containers.all(c, !has(c.securityContext) || !has(c.securityContext.runAsUser) || "
+        "(c.securityContext.runAsUser >= params.min && c.securityContext.runAsUser <= params.max))",
+    ),
+    (
+        "Pod",
+        {"allowed": ["NET_BIND_SERVICE", "IPC_LOCK", "SYS_RESOURCE"]},
+        "object.spec.containers.all(c, "
+        "c.?securityContext.?capabilities.?add.orValue([]).all(x, x in params.allowed))",
+    ),
+    (
+        "Pod",
+        {"min": 40000, "max": 41000},
+        "object.spec.containers.all(c, c.?ports.orValue([]).all(p, !has(p.hostPort) || "
+        "(p.hostPort >= params.min && p.hostPort <= params.max)))",
+    ),
+    (
+        "Pod",
+        {"prefixes": ["registry.acme.internal/", "docker.io/", "nvcr.io/", "ghcr.io/", "quay.io/"]},
+        "object.spec.containers.all(c, params.prefixes.exists(p, c.image.startsWith(p)) || true)",
+    ),
+    (
+        "Pod",
+        {"ratio": 4.0},
+        "object.spec.containers.all(c, !has(c.resources) || !has(c.resources.limits) || "
+        "!has(c.resources.requests) || !('memory' in c.resources.limits) || "
+        "!('memory' in c.resources.requests) || "
+        "quantity(c.resources.limits.memory).asApproximateFloat() <= "
+        "params.ratio * quantity(c.resources.requests.memory).asApproximateFloat())",
+    ),
+    (
+        "Pod",
+        {"forbidden": ["DEBUG", "LD_PRELOAD"]},
+        "object.spec.containers.all(c, c.?env.orValue([]).all(e, !(e.name in params.forbidden)))",
+    ),
+    ("TrainJob", {"max": 1000}, "object.spec.?trainer.?numNodes.orValue(1) <= params.max"),
+    (
+        "TrainJob",
+        {"classification": "phi"},
+        "team == null || team.classification != params.classification || "
+        "object.spec.?trainer.?image.orValue('') != ''",
+    ),
+    ("TrainJob", {"key": "app"}, "size(object.metadata.name) > 0 && params.key != ''"),
+]
+
+
+def with_custom_rules(target: Path, count: int) -> Config:
+    """The example org plus ``count`` CustomRules in policies/rules/bench.yaml."""
+    for folder in ("policies", "quotas", "rbac", "networkpolicies", "examples"):
+        shutil.copytree(REPO / folder, target / folder)
+    docs = []
+    for i in range(count):
+        kind, params, expression = RULE_SHAPES[i % len(RULE_SHAPES)]
+        docs.append(
+            {
+                "apiVersion": "mpigate.io/v1alpha1",
+                "kind": "CustomRule",
+                "metadata": {"name": f"bench-{i}"},
+                "spec": {
+                    "id": f"ACME-BENCH-{i}",
+                    "title": f"benchmark rule {i}",
+                    "match": {"targets": [kind] if kind == "Pod" else ["TrainJob", "MPIJob"]},
+                    "params": params,
+                    "validations": [{"expression": expression, "message": f"rule {i}"}],
+                },
+            }
+        )
+    (target / "policies" / "rules").mkdir()
+    (target / "policies" / "rules" / "bench.yaml").write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    return load(target, revision="bench-custom")
+
+
 def requests() -> list[tuple[str, AdmissionInput, str]]:
     out = []
     for path in sorted((REPO / "examples" / "trainjobs").glob("*.yaml")):
@@ -107,12 +194,16 @@ def pct(samples: list[float], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=400, help="evaluations per example and config")
+    parser.add_argument(
+        "--custom", type=int, default=0, help="also measure the example org with N CustomRules"
+    )
     args = parser.parse_args()
     small = load(REPO, revision="bench")
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        large = generated_org(Path(tmp), TEAMS)
+        large = generated_org(Path(tmp) / "large", TEAMS)
         load_s = time.perf_counter() - started
+        custom = with_custom_rules(Path(tmp) / "custom", args.custom) if args.custom else None
     print(
         f"configs: example org {len(small.teams)} teams; generated org {len(large.teams)} teams "
         f"(loaded in {load_s:.1f}s)"
@@ -123,8 +214,10 @@ def main() -> None:
     )
     all_small: list[float] = []
     all_large: list[float] = []
+    all_custom: list[float] = []
     cpu_small: list[float] = []
     cpu_large: list[float] = []
+    cpu_custom: list[float] = []
     for name, request, review in requests():
         base = timings(lambda review=review: json.loads(review), args.rounds)
         for _ in range(20):  # warm caches (catalogue, compiled regexes)
@@ -134,18 +227,36 @@ def main() -> None:
         g = timings(lambda request=request: evaluate(large, request, None, NOW), args.rounds, cpu_large)
         all_small += s
         all_large += g
+        extra = ""
+        if custom is not None:
+            for _ in range(20):
+                evaluate(custom, request, None, NOW)
+            c = timings(lambda request=request: evaluate(custom, request, None, NOW), args.rounds, cpu_custom)
+            all_custom += c
+            extra = f"  +{args.custom} rules p50 {statistics.median(c):.0f} p99 {pct(c, 0.99):.0f}"
         outcome = evaluate(small, request, None, NOW).outcome
         print(
             f"{name:<30}{statistics.median(base):>10.1f}{statistics.median(s):>13.0f}{pct(s, 0.99):>8.0f}"
-            f"{statistics.median(g):>16.0f}{pct(g, 0.99):>8.0f}  {outcome}"
+            f"{statistics.median(g):>16.0f}{pct(g, 0.99):>8.0f}  {outcome}{extra}"
         )
-    for label, samples, cpu in (("3 teams", all_small, cpu_small), (f"{TEAMS} teams", all_large, cpu_large)):
+    rows = [("3 teams", all_small, cpu_small), (f"{TEAMS} teams", all_large, cpu_large)]
+    if custom is not None:
+        rows.append((f"+{args.custom} rules", all_custom, cpu_custom))
+    for label, samples, cpu in rows:
         rate = len(samples) / (sum(samples) / 1e6)
         print(
             f"all examples, {label:<10}: {rate:6.0f} evaluations/s; "
             f"wall p50 {statistics.median(samples):5.0f} µs, "
             f"p99 {pct(samples, 0.99):5.0f} µs; CPU p50 {statistics.median(cpu):5.0f} µs, "
             f"p99 {pct(cpu, 0.99):5.0f} µs (goal p99 ≤ 2000 µs)"
+        )
+    if custom is not None:
+        delta_p99 = pct(all_custom, 0.99) - pct(all_small, 0.99)
+        delta_cpu = pct(cpu_custom, 0.99) - pct(cpu_small, 0.99)
+        per_rule = (statistics.median(cpu_custom) - statistics.median(cpu_small)) / args.custom
+        print(
+            f"{args.custom} CustomRules: p99 +{delta_p99:.0f} µs wall, +{delta_cpu:.0f} µs CPU "
+            f"(goal ≤ +1000 µs); {per_rule:.1f} µs CPU per rule and evaluation (median)"
         )
     averages = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average while measuring: {averages} ({os.cpu_count()} CPUs)")
