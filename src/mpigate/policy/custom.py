@@ -17,7 +17,6 @@ TrainJob, runtime or runtime patch that set it (:meth:`EffectiveJob.origin`).
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -48,7 +47,6 @@ class RuleMeta:
 
     mode: Mode
     controls: tuple[str, ...]
-    digest: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +57,6 @@ class _Compiled:
     rule: CustomRule
     default: tuple[tuple[str, CompiledPolicy], ...]
     per_team: Mapping[str, tuple[tuple[str, CompiledPolicy], ...]]
-    digest: str
 
     def policies(self, team: Team | None, namespace: str) -> list[CompiledPolicy]:
         chosen = self.per_team.get(team.name, self.default) if team is not None else self.default
@@ -102,17 +99,13 @@ def _compiled(config: Config) -> tuple[_Compiled, ...]:
             admission = rule.admission
             if admission is not None and admission.params is not None:
                 default = tuple((o.namespace, program(rule, o.data)) for o in admission.params.objects)
-                # the rule's digest names the policy as written (each program also binds its params)
-                text = json.dumps(thaw(rule.spec), sort_keys=True, default=str)
-                digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
             else:
-                only = program(rule, rule.spec.get("params"))
-                default, digest = (("", only),), only.digest
+                default = (("", program(rule, rule.spec.get("params"))),)
             per_team = {
                 team: (("", program(rule, params)),)
                 for team, params in rule.spec.get("teamParams", {}).items()
             }
-            out.append(_Compiled(rule, default, per_team, digest))
+            out.append(_Compiled(rule, default, per_team))
         return tuple(out)
 
     found: tuple[_Compiled, ...] = memoized(config, ("policy.custom.compiled",), build)
@@ -136,13 +129,10 @@ def _reads(config: Config) -> frozenset[str]:
 
 
 def custom_rule_meta(config: Config) -> Mapping[str, RuleMeta]:
-    """Mode, controls and digest of every custom rule, by ID (once per config)."""
+    """Mode and controls of every custom rule, by ID (once per config)."""
 
     def build() -> Mapping[str, RuleMeta]:
-        return {
-            c.rule.id: RuleMeta(_mode_for(config, c.rule), c.rule.controls, c.digest)
-            for c in _compiled(config)
-        }
+        return {c.rule.id: RuleMeta(_mode_for(config, c.rule), c.rule.controls) for c in _compiled(config)}
 
     found: Mapping[str, RuleMeta] = memoized(config, ("policy.custom.meta",), build)
     return found

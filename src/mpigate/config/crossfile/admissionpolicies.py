@@ -107,8 +107,8 @@ def check_admission_policies(c: Collector, tree: Tree, entries: list[Entry], obj
             c.warning(
                 policy,
                 ["spec", "auditAnnotations"],
-                "auditAnnotations are not evaluated by mpigate (its audit records carry the rule, "
-                "the expression digests and the config revision instead)",
+                "auditAnnotations are not evaluated by mpigate (its audit records carry the rule ID "
+                "and the config revision instead)",
                 "vap.audit-annotations",
             )
         if not (spec.get("matchConstraints") or {}).get("resourceRules"):
