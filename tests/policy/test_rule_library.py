@@ -1,4 +1,4 @@
-"""examples/rules/gatekeeper-library.yaml: the CustomRules written for the pod checks Gatekeeper's
+"""examples/rules/gatekeeper/library.yaml: the CustomRules written for the pod checks Gatekeeper's
 library has only in Rego, each run on the effective pods of the example cpu-smoke job (issue 22)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from mpigate.config import Config, check_tree, load
 from tests.conftest import REPO, TODAY
 from tests.policy.helpers import decide, read
 
-LIBRARY = REPO / "examples" / "rules" / "gatekeeper-library.yaml"
+LIBRARY = REPO / "examples" / "rules" / "gatekeeper" / "library.yaml"
 DIGEST = "@sha256:" + "a" * 64
 
 
