@@ -10,6 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests judge outcomes, never speed: on a busy shared machine hypothesis's timing checks (a
+# 200 ms deadline per example, the "too slow" health check on data generation) failed tests whose
+# outcomes were right (tests/policy/test_images.py under load 15). Every property test inherits this
+# profile; a test's own @settings only adds to it.
+settings.register_profile("mpigate", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("mpigate")
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
