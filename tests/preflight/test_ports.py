@@ -171,3 +171,26 @@ def test_cli_port_base_needs_a_pinning_profile() -> None:
         cli, ["preflight", "--local", "--config", str(REPO), "--profile", "isolated", "--port-base", "auto"]
     )
     assert result.exit_code == 2 and "profile 'isolated' pins no ports" in result.output, result.output
+
+
+def test_free_window_prefers_a_window_without_time_waits(profile: NetworkProfile, tmp_path: Path) -> None:
+    """A TIME_WAIT left by a socket without SO_REUSEADDR refuses even a SO_REUSEADDR bind (a test
+    binding such a window failed with 'Address already in use' while parallel runs left them)."""
+    proc = tmp_path / "proc"
+    (proc / "net").mkdir(parents=True)
+    (proc / "sys" / "net" / "ipv4").mkdir(parents=True)
+    (proc / "sys" / "net" / "ipv4" / "ip_local_port_range").write_text("32768\t60999\n")
+    header = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    )
+    (proc / "net" / "tcp").write_text(header)
+    first = free_window(profile, proc=proc, rng=random.Random(7))
+    port = first.btl_port_min + 3
+    (proc / "net" / "tcp").write_text(
+        header
+        + f"   0: 0100007F:{port:04X} 0100007F:9C40 06 00000000:00000000 03:00000000 00000000"
+        + "     0        0 0 3 0\n"
+    )
+    assert busy_ports(launch_ranges(first), proc) == []  # not busy for the check before a launch ...
+    second = free_window(profile, proc=proc, rng=random.Random(7))  # ... but not chosen either
+    assert second.btl_port_min != first.btl_port_min

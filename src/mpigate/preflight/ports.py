@@ -88,12 +88,16 @@ def _comm(pid: int, proc: Path) -> str | None:
         return None
 
 
-def busy_ports(ranges: Sequence[tuple[str, int, int]], proc: Path = Path("/proc")) -> list[BusyPort]:
+def busy_ports(
+    ranges: Sequence[tuple[str, int, int]], proc: Path = Path("/proc"), *, time_wait: bool = False
+) -> list[BusyPort]:
     """Every TCP socket of this network namespace whose local port lies in ``ranges``.
 
     A listener and a connection's local end count (a bind to their port fails); a TIME_WAIT does
-    not: OpenMPI's listeners set SO_REUSEADDR, so the TIME_WAITs a run leaves behind do not stop
-    the next run within the minute from binding the same ports (checked with OpenMPI 4.1 here).
+    not, unless ``time_wait``: OpenMPI's listeners set SO_REUSEADDR, so the TIME_WAITs a run leaves
+    behind do not stop the next run within the minute from binding the same ports (checked with
+    OpenMPI 4.1 here). A TIME_WAIT left by a socket *without* SO_REUSEADDR still blocks that bind
+    (Linux's inet_bind_conflict needs the flag on both), and /proc does not say which it was.
     """
     tables: tuple[tuple[str, Family], ...] = (("tcp", "ipv4"), ("tcp6", "ipv6"))
     found: list[tuple[int, str, TcpEntry]] = []
@@ -103,7 +107,7 @@ def busy_ports(ranges: Sequence[tuple[str, int, int]], proc: Path = Path("/proc"
         except OSError:
             continue
         for entry in parse_tcp_table(text, family):
-            if entry.state == "TIME_WAIT":
+            if entry.state == "TIME_WAIT" and not time_wait:
                 continue
             for label, low, high in ranges:
                 if low <= entry.local_port <= high:
@@ -171,8 +175,11 @@ def free_window(
             f"no room for {span} ports between {_LOWEST} and the ephemeral range ({ceiling})"
         )
     start = (rng or random.SystemRandom()).randrange(len(bases))
-    for base in bases[start:] + bases[:start]:
-        moved = move_ranges(profile, base)
-        if not busy_ports(launch_ranges(moved), proc):
-            return moved
+    # A window no socket touches first; then one with only TIME_WAITs (see busy_ports: a TIME_WAIT
+    # of a socket without SO_REUSEADDR would still refuse the bind).
+    for time_wait in (True, False):
+        for base in bases[start:] + bases[:start]:
+            moved = move_ranges(profile, base)
+            if not busy_ports(launch_ranges(moved), proc, time_wait=time_wait):
+                return moved
     raise PortWindowError(f"every {span}-port window between {_LOWEST} and {ceiling} has a port in use")
