@@ -308,6 +308,17 @@ def test_wrong_types_become_problems_not_exceptions() -> None:
     assert {j.name: j.pods for j in resolution.jobs} == {"node": 1, "launcher": 1}
 
 
+@pytest.mark.parametrize("name", [[1], {"a": 1}, 5, None])
+def test_a_patch_container_without_a_string_name_is_a_problem_and_applies_nothing(name: Any) -> None:
+    # An unhashable name (list, mapping) must not reach the by-name merge: it is a malformed item.
+    patches = [patch("a.example/y", "node", {"containers": [{"name": name, "image": "evil:1"}]})]
+    resolution = resolve(job("mpi-rlan", {}, runtimePatches=patches), RUNTIMES["mpi-rlan"])
+    assert any("string name" in p.message for p in resolution.problems)
+    node = resolution.job("node")
+    assert node is not None
+    assert "evil:1" not in [c.get("image") for c in node.spec["containers"]]
+
+
 def test_paths_format_and_parse() -> None:
     parts = ("spec", "runtimePatches", Key("manager", "a.example/x"), "limits", "nvidia.com/gpu", 0)
     assert format_path(parts) == 'spec.runtimePatches[manager=a.example/x].limits["nvidia.com/gpu"][0]'
