@@ -62,7 +62,13 @@ def claim_chain(root: Path, chain: str | None) -> tuple[str, int]:
 
 def _try_lock(chain_dir: Path) -> int | None:
     chain_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(chain_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
+    return try_flock(chain_dir / LOCK_FILE)
+
+
+def try_flock(path: Path) -> int | None:
+    """Hold an exclusive ``flock`` on ``path`` (created 0640): an fd to close to release it, or None
+    when another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import calendar
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -43,6 +42,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from mpigate import __version__
 
 from ._canonical import parse_time
+from ._claim import try_flock
 from .layout import chain_dirs, fsync_dir, list_segments
 from .metrics import AuditMetrics
 
@@ -399,10 +399,4 @@ class OtlpShipper:
 
 def _ship_lock(chain_dir: Path) -> int | None:
     """Hold ``chain_dir``'s ship lock (an fd to close), or None when another shipper holds it."""
-    fd = os.open(chain_dir / SHIP_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return try_flock(chain_dir / SHIP_LOCK_FILE)
