@@ -8,7 +8,7 @@ import shutil
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import pytest
@@ -23,6 +23,9 @@ from mpigate.policy import AdmissionInput, apply_patch, mutations
 from tests.conftest import FIXTURES
 
 from .stub_engine import RELEASE, stub_evaluate
+
+if TYPE_CHECKING:
+    from .serve_process import ServeProcess  # it imports this module
 
 ADMISSION_FIXTURES = FIXTURES / "admission"
 BASE_ORG = FIXTURES / "config" / "base"
@@ -163,3 +166,12 @@ class ThreadedWebhook:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
         self.loop.close()
+
+
+@pytest_asyncio.fixture
+async def serving() -> AsyncIterator[list[ServeProcess]]:
+    """Serve processes a test starts (append them): killed at teardown."""
+    started: list[ServeProcess] = []
+    yield started
+    for proc in started:
+        await proc.kill()

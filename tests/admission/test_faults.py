@@ -7,13 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
 import trustme
 from click.testing import CliRunner
 
@@ -28,14 +26,6 @@ from .serve_process import ServeProcess
 pytestmark = pytest.mark.slow
 
 REVIEW = json.dumps(make_review(trainjob(), uid="fault-1")).encode()
-
-
-@pytest_asyncio.fixture
-async def serving() -> AsyncIterator[list[ServeProcess]]:
-    started: list[ServeProcess] = []
-    yield started
-    for proc in started:
-        await proc.kill()
 
 
 async def raw_request(

@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 import trustme
 
 from mpigate.admission.client import make_review
@@ -23,14 +21,6 @@ from .test_faults import head, raw_request, status_and_body
 pytestmark = pytest.mark.slow
 
 REVIEW = json.dumps(make_review(trainjob(), uid="limits-1")).encode()
-
-
-@pytest_asyncio.fixture
-async def serving() -> AsyncIterator[list[ServeProcess]]:
-    started: list[ServeProcess] = []
-    yield started
-    for proc in started:
-        await proc.kill()
 
 
 async def connect(

@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-import pytest_asyncio
 import trustme
 import yaml
 from click.testing import CliRunner
@@ -35,14 +34,6 @@ def sink(tmp_path: Path) -> Iterator[OtlpReceiver]:
     rx = OtlpReceiver(tmp_path).start()
     yield rx
     rx.stop()
-
-
-@pytest_asyncio.fixture
-async def serving() -> AsyncIterator[list[ServeProcess]]:
-    started: list[ServeProcess] = []
-    yield started
-    for proc in started:
-        await proc.kill()
 
 
 def shipping_org(tmp_path: Path, sink: OtlpReceiver) -> Path:
