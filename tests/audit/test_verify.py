@@ -215,6 +215,16 @@ def test_every_problem_kind_is_documented():
         assert f"`{kind}`" in doc, kind
 
 
+def test_every_json_field_of_a_chain_is_documented(chain, hmac_key_file):
+    # The `-o json` field list in audit.md names every key a chain's report carries.
+    doc = (Path(__file__).parents[2] / "docs" / "audit.md").read_text()
+    section = doc[doc.index("`-o json` / `-o yaml` give") :]
+    section = section[: section.index("\n\n")]
+    fields = verify_chain(chain, None).to_dict().keys()
+    missing = [key for key in fields if f"`{key}`" not in section and key != "chain"]
+    assert not missing, f"docs/audit.md's -o json field list lacks {missing}"
+
+
 def test_cli_verify_reports_and_exit_codes(chain, hmac_key_file):
     runner = CliRunner()
     ok = runner.invoke(cli, ["audit", "verify", str(chain.parent), "--key", str(hmac_key_file)])
