@@ -40,6 +40,21 @@ def _row(section: str, metric: str, value: Any, **columns: Any) -> dict[str, Any
 
 def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """The report as tidy rows (one fact per row, with its unit), in the HTML's section order."""
+    yield from _completeness_rows(report)
+    yield from _input_rows(report)
+    yield from _control_rows(report)
+    yield from _decision_rows(report)
+    yield from _activity_rows(report)
+    yield from _exception_rows(report)
+    yield from _residency_rows(report)
+    yield from _image_rows(report)
+    yield from _chargeback_rows(report)
+    yield from _sample_rows(report)
+    yield from _digest_rows(report)
+
+
+def _completeness_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Which chains and API-server logs were read, how much of the period they cover, and their gaps."""
     comp = report["completeness"]
     coverage = {c["chain"]: c for c in comp["chains"]}
     for chain in report["inputs"]["chains"]:
@@ -129,6 +144,10 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
                 unit="records",
                 detail=f"seq={m['seqFrom']}-{m['seqTo']};annotated_events={m['annotatedEvents']}",
             )
+
+
+def _input_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The API-server audit files read, and the config revisions in force."""
     for f in report["inputs"]["k8sAudit"]:
         first = f["firstMalformed"]
         detail = f"line {first['line']}: {first['reason']}" if first else (f["unreadable"] or "")
@@ -166,6 +185,10 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             unit="requests",
             date=loaded,
         )
+
+
+def _control_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Control status per framework, and the API-server events accounted for."""
     for fw in report["controls"]:
         for c in fw["controls"]:
             why = [*c["reasons"], *(f"not evaluated: {x}" for x in c["notEvaluated"])]
@@ -223,6 +246,10 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
                 detail=x["reason"],
                 unit="events",
             )
+
+
+def _decision_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Decisions by team, rule and outcome; denial reasons; security findings."""
     for row in report["decisions"]["cube"]:
         yield _row(
             "decisions",
@@ -285,6 +312,10 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             request_uid=e["requestUID"],
             unit="findings",
         )
+
+
+def _activity_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Who did what: actors, requests nobody judged, recent requests, RBAC denials."""
     for actor in report["activity"]["actors"]:
         for verb in ("create", "update", "delete", "other"):
             if actor[verb]:
@@ -357,6 +388,10 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             namespace=x["namespace"] or "",
             unit="requests",
         )
+
+
+def _exception_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Policy exceptions in force."""
     for x in report["exceptions"]:
         terms = f"approver={x['approver']};ticket={x['ticket']};expires={x['expires']}"
         yield _row(
@@ -381,6 +416,10 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             yield _row(
                 "exceptions", "waived", w["violations"], name=x["name"], rule=w["rule"], unit="findings"
             )
+
+
+def _residency_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Where pods ran against their data region."""
     for x in report["residency"]["byRegionAndTeam"]:
         allowed = ";".join(x["allowedRegions"])
         yield _row(
@@ -415,6 +454,10 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             ref=e["record"],
             unit="placements",
         )
+
+
+def _image_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The image inventory."""
     for x in report["imageInventory"]["images"]:
         yield _row(
             "images",
@@ -425,6 +468,10 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             detail=f"tag={x['tag'] or ''};digest={x['digest'] or ''}",
             unit="requests",
         )
+
+
+def _chargeback_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """GPU-hours by team and day."""
     if report["chargeback"]["lifecycleEvents"]:
         for x in report["chargeback"]["byTeamAndCostCenter"]:
             yield _row(
@@ -464,6 +511,10 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             detail="no data: no lifecycle record in the period",
             unit="GPU-hours",
         )
+
+
+def _sample_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The random sample of decisions for an auditor to trace."""
     sample = report["sample"]
     for e in sample["items"]:
         yield _row(
@@ -484,6 +535,10 @@ def csv_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             request_uid=e["requestUID"],
             unit="requests",
         )
+
+
+def _digest_rows(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Digests of every input segment and API-server audit file."""
     for chain in report["inputs"]["chains"]:
         for segment in chain["segmentDigests"]:
             yield _row(
