@@ -48,6 +48,26 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
     """The report for a ticket or a review: the same sections as the HTML, tables cut at
     ``max_rows`` rows (saying how many more there are)."""
     out: list[str] = []
+    _md_overview(out, report, max_rows)
+    _md_integrity(out, report, max_rows)
+    _md_revisions(out, report, max_rows)
+    _md_controls(out, report, max_rows)
+    _md_decisions(out, report, max_rows)
+    _md_denials(out, report, max_rows)
+    _md_security(out, report, max_rows)
+    _md_activity(out, report, max_rows)
+    _md_refusals(out, report, max_rows)
+    _md_exceptions(out, report, max_rows)
+    _md_residency(out, report, max_rows)
+    _md_images(out, report, max_rows)
+    _md_chargeback(out, report, max_rows)
+    _md_sample(out, report, max_rows)
+    _md_method(out, report, max_rows)
+    return "\n".join(out) + "\n"
+
+
+def _md_overview(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """The title, the integrity banner and the summary."""
     integrity = report["integrity"]
     comp = report["completeness"]
     totals = report["totals"]
@@ -114,6 +134,11 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
     out.append(f"- **Exceptions used:** {len(report['exceptions'])}")
     out.append("")
     # integrity and completeness
+
+
+def _md_integrity(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """The inputs: chains and API-server logs, their coverage and gaps."""
+    comp = report["completeness"]
     out.append("### Integrity and completeness of the inputs")
     out.append("")
     coverage = {c["chain"]: c for c in comp["chains"]}
@@ -188,6 +213,10 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
             out.append("Reconciliation with the chains: not possible (no event carries a chain position).")
             out.append("")
     # revisions
+
+
+def _md_revisions(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """The config revisions in force."""
     out.append("### Config revisions in force")
     out.append("")
     rows = []
@@ -208,6 +237,10 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
         "revisions",
     )
     # controls
+
+
+def _md_controls(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """Control status per framework, and the API-server events outside mpigate's judgement."""
     for fw in report["controls"]:
         out.append(f"### {_md(fw['title'])}")
         out.append("")
@@ -290,6 +323,11 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
         ]
         _md_rows(out, ["Not used / not evaluated because", "Category", "Events"], rows, max_rows, "reasons")
     # decisions
+
+
+def _md_decisions(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """Decisions by outcome."""
+    totals = report["totals"]
     out.append("### Decisions")
     out.append("")
     out.append(
@@ -305,6 +343,10 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
     rows = [[x["rule"], x["denied"], x["warned"], x["audited"], x["waived"]] for x in report["rules"]]
     _md_rows(out, ["Rule (findings)", "Denied", "Warned", "Audited", "Waived"], rows, max_rows, "rules")
     # denials
+
+
+def _md_denials(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """Denials by rule and their top reasons."""
     out.append("### Denials")
     out.append("")
     out.append(f"{_num(report['denials']['decisions'])} request(s) denied.")
@@ -320,6 +362,10 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
     ]
     _md_rows(out, ["Rule", "Findings", "Latest example", "Record"], rows, max_rows, "rules")
     # security
+
+
+def _md_security(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """Privileged and unsafe attempts."""
     out.append("### Privileged and unsafe attempts")
     out.append("")
     rows = [
@@ -348,6 +394,10 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
             "attempts",
         )
     # activity
+
+
+def _md_activity(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """Who created, changed and deleted which jobs."""
     out.append("### Who created, changed and deleted which jobs")
     out.append("")
     rows = [
@@ -412,6 +462,10 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
         "requests",
     )
     # refusals
+
+
+def _md_refusals(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """The authorizer's refusals."""
     out.append("### Authorizer refusals")
     out.append("")
     if report["inputs"]["k8sAudit"]:
@@ -428,6 +482,10 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
         out.append("No API-server audit log was given: refusals are not known.")
         out.append("")
     # exceptions
+
+
+def _md_exceptions(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """Exceptions used."""
     out.append("### Exceptions used")
     out.append("")
     rows = [
@@ -450,6 +508,10 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
         "exceptions",
     )
     # residency
+
+
+def _md_residency(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """Data residency."""
     out.append("### Data residency")
     out.append("")
     res = report["residency"]
@@ -465,6 +527,10 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
     if rows:
         _md_rows(out, ["Time", "Team", "Job", "Node", "Region", "Record"], rows, max_rows, "placements")
     # images
+
+
+def _md_images(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """The image inventory."""
     out.append("### Image inventory (PCI DSS 6.3.2)")
     out.append("")
     inv = report["imageInventory"]
@@ -474,6 +540,10 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
     ]
     _md_rows(out, ["Image", "Tag", "Digest", "Requests", "Teams"], rows, max_rows, "images")
     # chargeback
+
+
+def _md_chargeback(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """GPU-hours."""
     out.append("### GPU-hours")
     out.append("")
     if not report["chargeback"]["lifecycleEvents"]:
@@ -530,6 +600,10 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
                 "flagged segments",
             )
     # sample
+
+
+def _md_sample(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """The sample of requests."""
     out.append("### Sample of requests")
     out.append("")
     sample = report["sample"]
@@ -561,6 +635,10 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
         out.append("No sample was drawn (`--sample N --seed S`).")
         out.append("")
     # method
+
+
+def _md_method(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """Method and limits, input digests, and the footer."""
     out.append("### Method and limits")
     out.append("")
     rows = [
@@ -577,4 +655,3 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
         "Counts are exact; every row names its record (`chain:seq:hash`, request UID) or API-server "
         "event (`file:line`, audit ID)._"
     )
-    return "\n".join(out) + "\n"
