@@ -63,6 +63,7 @@ from .lifecycle import (
 from .metrics import ControllerMetrics
 from .recording import Recorder
 from .residency import placement
+from .slim import is_slim, slim_event
 from .usage import Charge, PodFacts, format_time, observe, parse_time, vanish
 
 __all__ = ["Accountant", "JobState", "Key"]
@@ -169,6 +170,8 @@ class Accountant:
         self.states: dict[str, JobState] = {}
         # Pod events of jobs not seen yet: key -> pod uid -> (pod, deleted at).
         self.orphans: dict[Key, dict[str, tuple[Mapping[str, Any], dt.datetime | None]]] = {}
+        # When pods of a job not seen yet were first kept (resync drops those of jobs that don't exist).
+        self.orphaned_at: dict[Key, dt.datetime] = {}
         # Jobs the ledger named when this process started and no look has adopted yet.
         self.from_ledger: dict[str, LedgerEntry] = {}
         self.ledger_dirty = False
@@ -235,6 +238,7 @@ class Accountant:
             state.inherited_seen = max(times) if times else None
             state.inherited = {uid for uid, p in pods.items() if not p.gone}
         self.states[uid] = state
+        self.orphaned_at.pop(key, None)
         for pod, gone_at in self.orphans.pop(key, {}).values():
             await self.pod_event(state, pod, gone_at, job=job)
         return state
@@ -269,6 +273,12 @@ class Accountant:
     async def _gpus_of(self, state: JobState, job: Mapping[str, Any]) -> JobGpus:
         if state.gpus is not None:
             return state.gpus
+        if is_slim(job):
+            # the spec is not kept between events: read the job (once; its GPUs are remembered)
+            full = await self.api.get(state.kind.path(state.key[1], state.key[2]))
+            if full is None or _meta(full).get("uid") != state.uid:
+                return JobGpus(None, {})  # gone: nothing to remember
+            job = full
         config = self._config()
         if state.kind is MPIJOB:
             state.gpus = mpijob_gpus(config, job)
@@ -435,7 +445,9 @@ class Accountant:
         except KubeError as exc:
             log.warning("could not read the scheduling Events of %s: %s", namespace, exc)
             items = []
-        items = [e for e in items if e.get("reason") == "Scheduled"]
+        items = [slim_event(e) for e in items if e.get("reason") == "Scheduled"]
+        # only the namespaces looked at within the TTL are kept (a restart reads many at once)
+        self._scheduled = {ns: c for ns, c in self._scheduled.items() if now - c[0] < _EVENTS_TTL}
         self._scheduled[namespace] = (now, items)
         return items
 

@@ -7,7 +7,7 @@ way of reading kubeconfigs and service-account credentials.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
@@ -29,6 +29,8 @@ __all__ = [
 ]
 
 MERGE_PATCH: Final = "application/merge-patch+json"
+#: Objects per page of a paginated list: the controller's memory stays flat in the number of jobs.
+PAGE_SIZE: Final = 500
 TRAINER_API: Final = "/apis/trainer.kubeflow.org/v1alpha1"
 
 T = TypeVar("T")
@@ -128,6 +130,25 @@ class ControllerApi:
         answer = await self.client.get(path, params or None)
         items = answer.get("items")
         return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+    async def pages(
+        self, path: str, *, limit: int = PAGE_SIZE, label_selector: str | None = None
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """The items of a collection, one page (``limit``/``continue``) at a time, so that a caller
+        holds one page at most. A continue token that expired (410) raises :class:`KubeError`: the
+        caller lists again from the start at its next pass (the API server's advice for 410)."""
+        params: dict[str, str] = {"limit": str(limit)}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        while True:
+            answer = await self.client.get(path, params)
+            items = answer.get("items")
+            yield [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+            meta = answer.get("metadata")
+            token = meta.get("continue") if isinstance(meta, Mapping) else None
+            if not isinstance(token, str) or not token:
+                return
+            params["continue"] = token
 
     async def create(self, collection: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self.client.request("POST", collection, body=body)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpigate.config import Config
-from mpigate.policy.decision import Demand
 from mpigate.policy.demand import build_demand, gpu_resources, is_gpu
 from mpigate.trainjob import Resolution, container_resources, resolve
 from mpigate.trainjob.mpijob import resolve_mpijob
@@ -30,7 +29,6 @@ class JobGpus:
 
     total: int | None
     per_pod: Mapping[str, int]
-    demand: Demand | None = None
 
 
 def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str]:
@@ -69,7 +67,7 @@ def _gpus(config: Config, resolution: Resolution, namespace: str | None) -> JobG
     team = config.team_for_namespace(namespace) if namespace is not None else None
     demand = build_demand(resolution, gpu_resources(config), team.region if team else None)
     per_pod = {j.name: sum(j.gpus_per_pod.values()) for j in demand.jobs}
-    return JobGpus(demand.total_gpus, per_pod, demand)
+    return JobGpus(demand.total_gpus, per_pod)
 
 
 def pod_gpus(pod: Mapping[str, Any], known: frozenset[str]) -> int:

@@ -49,6 +49,7 @@ from .netpol import (
 )
 from .recording import Recorder
 from .reliances import Reliance, kueue_reliances, unknown_reliances
+from .slim import SlimJob, slim_job, slim_pod
 
 __all__ = ["DEFAULT_LEDGER_NAME", "EVIDENCE_ANNOTATION", "Key", "NoConfigError", "Reconciler"]
 
@@ -107,7 +108,8 @@ class Reconciler:
         self.namespace_label = namespace_label or None
         self.clock = clock
         self.kinds: dict[str, JobKind] = {k.kind: k for k in kinds}
-        self._jobs: dict[Key, Mapping[str, Any]] = {}
+        # The jobs of team namespaces, slim (slim.py): what the controller reads between events.
+        self._jobs: dict[Key, SlimJob] = {}
         self._locks: dict[Key, asyncio.Lock] = {}
         self._policies_seen: set[Key] = set()
         # (job uid, conflicting object's uid) already reported with an Event.
@@ -144,8 +146,17 @@ class Reconciler:
 
     @property
     def jobs(self) -> list[Mapping[str, Any]]:
-        """The jobs seen (latest version of each)."""
+        """The jobs seen in team namespaces (latest version of each, slim)."""
         return list(self._jobs.values())
+
+    async def _watched(self, job: Mapping[str, Any]) -> bool:
+        """Whether the job is one the controller looks after (a managed team namespace). When that
+        cannot be told now (no config yet, the namespace unreadable) it is kept: the reconcile that
+        follows raises and is retried."""
+        try:
+            return await self.team_of(job) is not None
+        except (KubeError, NoConfigError):
+            return True
 
     async def team_of(self, job: Mapping[str, Any]) -> Team | None:
         """The team whose namespace holds the job, when the controller manages it: the namespace
@@ -359,8 +370,12 @@ class Reconciler:
                 return None  # the job is gone (garbage collection deletes its policy) or not seen yet
             if event_type == "DELETED":
                 self._policies_seen.add(key)  # a create now restores it (if the job lives)
+            # the whole job (the kept one is slim): its labels now, and the env a profile needs
+            current = await self.api.get(kind.path(namespace, job))
+            if current is None or _meta(current).get("uid") != _meta(known).get("uid"):
+                return None  # gone: its DELETED event follows
             return await self.ensure_network_policy(
-                known, cause=f" after {event_type or 'listing'}", kind=kind
+                current, cause=f" after {event_type or 'listing'}", kind=kind
             )
         return None
 
@@ -393,7 +408,10 @@ class Reconciler:
         known = self._jobs.get(key)
         if known is not None and _meta(known).get("uid") != uid:
             self._forget(key, str(_meta(known).get("uid") or ""))  # same name, new job
-        self._jobs[key] = job
+        if not await self._watched(job):
+            self._jobs.pop(key, None)  # not (or no longer) a managed team namespace's
+            return
+        self._jobs[key] = slim_job(kind, job)
         await self.reconcile_job(job, kind=kind)
 
     async def on_pod_event(self, event_type: str | None, pod: Mapping[str, Any]) -> None:
@@ -412,10 +430,14 @@ class Reconciler:
             job = self._jobs.get(key)
             state = self.accounts.states.get(str(_meta(job).get("uid"))) if job is not None else None
             if job is None or state is None:
-                # not (or not yet) a job we know: keep the pod until the job is seen
+                # not (or not yet) a job we know: keep the pod (slim) until the job is seen — in a
+                # team's namespace only (resync drops those whose job never shows up)
                 if job is None and event_type == "DELETED" and key not in self.accounts.orphans:
                     return
-                self.accounts.orphans.setdefault(key, {})[uid] = (pod, gone)
+                if job is None and not self._team_namespace(key[1]):
+                    return
+                self.accounts.orphans.setdefault(key, {})[uid] = (slim_pod(kind, pod), gone)
+                self.accounts.orphaned_at.setdefault(key, self.clock())
                 if job is not None:
                     await self.reconcile_job(job, kind=kind)
                 return
@@ -424,9 +446,14 @@ class Reconciler:
             await self.reconcile_job(job, kind=kind)
             return
 
+    def _team_namespace(self, namespace: str) -> bool:
+        config = self._config()
+        return config is None or config.team_for_namespace(namespace) is not None
+
     def _forget(self, key: Key, uid: str) -> None:
         self._jobs.pop(key, None)
         self.accounts.orphans.pop(key, None)
+        self.accounts.orphaned_at.pop(key, None)
         self._locks.pop(key, None)
         self._policies_seen.discard(key)
         self.accounts.forget(uid)
@@ -477,8 +504,8 @@ class Reconciler:
                 state, job, team.name, labels, deleted=deleted, vanished=vanished
             )
             if state.updated is not None and key in self._jobs:
-                self._jobs[key] = state.updated
-                state.updated = None
+                self._jobs[key] = slim_job(kind, state.updated)
+            state.updated = None
             self.metrics.reconciles.labels("lifecycle", "recorded" if wrote else "unchanged").inc()
 
     async def _confirmed(
@@ -499,7 +526,7 @@ class Reconciler:
         if current is None or _meta(current).get("uid") != state.uid:
             return job  # gone (its DELETED event follows) or replaced
         if key in self._jobs:
-            self._jobs[key] = current
+            self._jobs[key] = slim_job(kind, current)
         return current
 
     # ------------------------------------------------------------------ jobs that went unseen
@@ -515,22 +542,35 @@ class Reconciler:
             return
         await self.find_vanished()
 
-    async def find_vanished(self) -> int:
-        """Close every job the controller knew with an open segment (from the ledger, or seen by this
-        process) that the API no longer has: it was deleted unseen. Returns how many failed."""
-        began = self.clock()
+    async def _present(self) -> dict[str, set[str]] | None:
+        """The uids of every job of each kind the API has (paged), or None when listing failed."""
         present: dict[str, set[str]] = {}
         for kind in self.kinds.values():
+            uids = present[kind.kind] = set()
             try:
-                items = await self.api.list_items(kind.collection())
+                async for page in self.api.pages(kind.collection()):
+                    uids.update(str(_meta(i).get("uid")) for i in page)
             except KubeError as exc:
                 log.warning(
                     "listing %ss failed (%s): deleted jobs are looked for again at the next resync",
                     kind.kind,
                     exc,
                 )
+                return None
+        return present
+
+    async def find_vanished(
+        self, present: Mapping[str, set[str]] | None = None, began: dt.datetime | None = None
+    ) -> int:
+        """Close every job the controller knew with an open segment (from the ledger, or seen by this
+        process) that the API no longer has: it was deleted unseen. Returns how many failed.
+
+        ``present``: the uids of each kind listed since ``began`` (default: listed now)."""
+        if present is None or began is None:
+            began = self.clock()
+            present = await self._present()
+            if present is None:
                 return 0
-            present[kind.kind] = {str(_meta(i).get("uid")) for i in items}
         failures = 0
         for uid, entry in list(self.accounts.from_ledger.items()):
             entry_kind = self.kinds.get(entry.kind)
@@ -615,9 +655,9 @@ class Reconciler:
     # ------------------------------------------------------------------ periodic
 
     async def resync(self) -> tuple[int, int]:
-        """Reconcile every known job (policies that drifted unnoticed, config changes, records
-        whose writing failed) and close jobs that went unseen. Returns (jobs, failures); failures
-        are logged and counted."""
+        """Reconcile every job of a managed team namespace, listed from the API page by page
+        (policies that drifted unnoticed, config changes, records whose writing failed), and close
+        jobs that went unseen. Returns (jobs, failures); failures are logged and counted."""
         failures = 0
         for kind, gone in list(self._pending_deletions.values()):
             try:
@@ -625,17 +665,48 @@ class Reconciler:
             except (*_ERRORS, NoConfigError) as exc:
                 failures += 1
                 log.warning("recording the deletion of %s %s/%s failed again: %s", *_key(kind, gone), exc)
-        jobs = list(self._jobs.items())
-        for key, job in jobs:
-            kind = self.kinds[key[0]]
+        began = self.clock()
+        present: dict[str, set[str]] = {}
+        listed: set[Key] = set()
+        jobs = 0
+        for kind in self.kinds.values():
+            uids = present[kind.kind] = set()
             try:
-                await self.ensure_network_policy(job, cause=" on resync", kind=kind)
-                await self.reconcile_job(self._jobs.get(key, job), kind=kind)
-            except (*_ERRORS, NoConfigError) as exc:
-                failures += 1
-                log.warning("resync of %s %s/%s failed: %s", *key, exc)
-        failures += await self.find_vanished()
-        return len(jobs), failures
+                async for page in self.api.pages(kind.collection()):
+                    for job in page:
+                        uids.add(str(_meta(job).get("uid")))
+                        listed.add(_key(kind, job))
+                        managed, failed = await self._resync_job(kind, job)
+                        jobs += managed
+                        failures += failed
+            except KubeError as exc:
+                log.warning("resync: listing %ss failed (%s); again at the next resync", kind.kind, exc)
+                return jobs, failures + 1
+        for key, since in list(self.accounts.orphaned_at.items()):
+            if key not in listed and since < began:  # pods of no job (a JobSet of no TrainJob)
+                self.accounts.orphans.pop(key, None)
+                del self.accounts.orphaned_at[key]
+        failures += await self.find_vanished(present, began)
+        return jobs, failures
+
+    async def _resync_job(self, kind: JobKind, job: Mapping[str, Any]) -> tuple[int, int]:
+        """One listed job: (1 if managed, 1 if its reconcile failed)."""
+        key = _key(kind, job)
+        uid = str(_meta(job).get("uid") or "")
+        if not uid or uid in self._deleted or not await self._watched(job):
+            return 0, 0
+        try:
+            await self.ensure_network_policy(job, cause=" on resync", kind=kind)
+            known = self._jobs.get(key)
+            if known is not None and _meta(known).get("uid") == uid:
+                # the newest copy seen (a watch event may have overtaken the listing)
+                await self.reconcile_job(known, kind=kind)
+            else:
+                await self.on_job_event(kind, None, job)
+        except (*_ERRORS, NoConfigError) as exc:
+            log.warning("resync of %s %s/%s failed: %s", *key, exc)
+            return 1, 1
+        return 1, 0
 
 
 def _pinned_env_of(job: Mapping[str, Any], kind: JobKind) -> Any:

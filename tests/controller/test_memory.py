@@ -1,0 +1,149 @@
+"""What the controller keeps between watch events (issue 25): slim records of the jobs of managed
+team namespaces only, no pods of jobs that do not exist, paged listings."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from typing import Any
+
+import kmock as kmock_lib
+from tests.controller.conftest import example_job
+from tests.controller.test_reconciler import FlakyRecorder, client, events_of, reconciler, stored_job
+
+from mpigate.admission.kube import KubeClient
+from mpigate.config import Config
+from mpigate.controller.api import ControllerApi
+from mpigate.controller.kinds import TRAINJOB
+from mpigate.controller.slim import is_slim, slim_pod
+
+__all__ = ["client"]  # the fixture, shared with test_reconciler
+
+TJ_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/nlp-team/trainjobs/minimal"
+
+
+def heavy(job: dict[str, Any]) -> dict[str, Any]:
+    """A job as a watch delivers it: managedFields and kopf's copy of the last handled spec."""
+    job = copy.deepcopy(job)
+    job["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {"x": "y" * 4000}}}]
+    job["metadata"].setdefault("annotations", {})["mpigate.io/last-handled-configuration"] = "z" * 4000
+    return job
+
+
+def a_pod(job: str, name: str, *, uid: str, namespace: str = "nlp-team") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "labels": {"jobset.sigs.k8s.io/jobset-name": job, "app": "x" * 100},
+            "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": "s" * 4000}}],
+        },
+        "spec": {
+            "nodeName": "gpu-eu-1",
+            "containers": [
+                {
+                    "name": "node",
+                    "image": "img",
+                    "env": [{"name": "E", "value": "v" * 2000}],
+                    "resources": {"requests": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+        "status": {
+            "startTime": "2026-11-22T09:00:00Z",
+            "containerStatuses": [
+                {
+                    "name": "node",
+                    "restartCount": 0,
+                    "image": "img",
+                    "imageID": "sha" * 30,
+                    "state": {"running": {"startedAt": "2026-11-22T09:00:05Z"}},
+                }
+            ],
+        },
+    }
+
+
+async def test_a_managed_job_is_kept_slim_and_still_reconciled(
+    org: Config, client: KubeClient, kmock: kmock_lib.KubernetesEmulator
+) -> None:
+    recorder = FlakyRecorder()
+    r = reconciler(org, client, recorder)
+    job = stored_job(kmock, heavy(example_job("minimal", uid="u-slim")))
+    await r.on_trainjob_event(None, job)
+    assert events_of(recorder) == ["admitted"]
+    [kept] = r.jobs
+    assert is_slim(kept)
+    assert "spec" not in kept and "managedFields" not in kept["metadata"]
+    assert set(kept["metadata"]["annotations"]) <= {
+        "mpigate.io/lifecycle",
+        "mpigate.io/pods",
+        "mpigate.io/evidence",
+        "mpigate.io/seal",
+    }
+    assert kept["metadata"]["annotations"]["mpigate.io/lifecycle"].startswith("admitted@")
+    assert len(repr(kept)) < len(repr(job)) / 10
+
+
+async def test_jobs_outside_managed_team_namespaces_are_not_kept(
+    org: Config, client: KubeClient, kmock: kmock_lib.KubernetesEmulator
+) -> None:
+    recorder = FlakyRecorder()
+    r = reconciler(org, client, recorder)
+    outside = example_job("minimal", uid="u-out")
+    outside["metadata"]["namespace"] = "default"  # no team's
+    unlabelled = example_job("cv-large", uid="u-cv")  # cv-team's namespace lacks the label
+    for job in (outside, unlabelled):
+        await r.on_trainjob_event(None, stored_job(kmock, job))
+    assert r.jobs == []
+    assert events_of(recorder) == []
+    # nor the pods of such jobs
+    await r.on_pod_event(None, a_pod("minimal", "minimal-node-0-0", uid="p-out", namespace="default"))
+    assert r.accounts.orphans == {}
+
+
+async def test_pods_of_a_jobset_without_trainjob_are_dropped_at_the_resync(
+    org: Config, client: KubeClient, kmock: kmock_lib.KubernetesEmulator
+) -> None:
+    recorder = FlakyRecorder()
+    r = reconciler(org, client, recorder)
+    pod = a_pod("plain-jobset", "plain-jobset-w-0-0", uid="p-1")
+    await r.on_pod_event(None, pod)
+    await r.on_pod_event("DELETED", pod)
+    [(key, kept)] = r.accounts.orphans.items()
+    assert key == ("TrainJob", "nlp-team", "plain-jobset")
+    kept_pod = kept["p-1"][0]
+    assert "managedFields" not in kept_pod["metadata"] and "env" not in kept_pod["spec"]["containers"][0]
+    r.clock = lambda: r.accounts.orphaned_at[key] + dt.timedelta(seconds=1)
+    await r.resync()
+    assert r.accounts.orphans == {}
+
+
+async def test_a_pod_kept_before_its_job_still_charges(
+    org: Config, client: KubeClient, kmock: kmock_lib.KubernetesEmulator
+) -> None:
+    """A slim pod is what :func:`observe` reads: the same facts as the whole pod."""
+    from mpigate.controller.usage import observe
+
+    pod = a_pod("minimal", "minimal-node-0-0", uid="p-2")
+    whole = observe(pod, gpus=1, spec_gpus=1, role="node")
+    assert observe(slim_pod(TRAINJOB, pod), gpus=1, spec_gpus=1, role="node") == whole
+
+
+async def test_listing_follows_continue_tokens(
+    client: KubeClient, kmock: kmock_lib.KubernetesEmulator
+) -> None:
+    collection = "/apis/trainer.kubeflow.org/v1alpha1/trainjobs"
+    kmock["get", collection, kmock_lib.params(**{"continue": "t2"})] << {"items": [{"n": 3}], "metadata": {}}
+    kmock["get", collection, kmock_lib.params(**{"continue": "t1"})] << {
+        "items": [{"n": 2}],
+        "metadata": {"continue": "t2"},
+    }
+    kmock["get", collection] << {"items": [{"n": 1}], "metadata": {"continue": "t1"}}
+    api = ControllerApi(client)
+    seen = [page async for page in api.pages(collection, limit=1)]
+    assert seen == [[{"n": 1}], [{"n": 2}], [{"n": 3}]]
+    assert all(r.params.get("limit") == "1" for r in kmock["get", collection])
