@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write docs/policies/<ID>.md for every rule of the catalogue, and the index README.md.
+"""Write docs/policies/<ID>.md for every rule of the catalogue and of the rule library, the index
+README.md and the library's index library.md.
 
 The narrative (what, why, how to fix) is written here per rule; the "Example" section of every
 page is the real output of ``mpigate explain`` on an example object, produced when this script
@@ -13,6 +14,7 @@ that the committed pages equal what this script writes:
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import sys
@@ -24,8 +26,9 @@ from typing import Any
 import yaml
 from click.testing import CliRunner
 
-from mpigate.catalogue import RuleInfo, all_rules
+from mpigate.catalogue import LibraryRule, RuleInfo, all_rules, library_rules
 from mpigate.cli import cli
+from mpigate.config.schema import defaults_from
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "policies"
@@ -781,6 +784,8 @@ def index(rules: list[RuleInfo]) -> str:
         )
     lines += [
         "",
+        "Rules of the [library](library.md) (`MPG-LIB-…`) are judged where the OrgPolicy enables them.",
+        "",
         "How the engine evaluates: [architecture](../architecture.md). How to test policies: "
         "[policy tests](../policy-tests.md).",
         "",
@@ -788,15 +793,210 @@ def index(rules: list[RuleInfo]) -> str:
     return "\n".join(lines)
 
 
+SUITES = REPO / "tests" / "policy" / "library"
+
+
+def library_tree(target: Path) -> Path:
+    """The example org with every library rule enabled as tests/policy/library/rules.yaml does."""
+    for folder in ("policies", "quotas", "rbac", "networkpolicies"):
+        shutil.copytree(REPO / folder, target / folder, ignore=shutil.ignore_patterns("tests"))
+    org_file = target / "policies" / "org.yaml"
+    org = yaml.safe_load(org_file.read_text(encoding="utf-8"))
+    org["spec"].setdefault("rules", {})["library"] = yaml.safe_load(
+        (SUITES / "rules.yaml").read_text(encoding="utf-8")
+    )
+    org_file.write_text(yaml.safe_dump(org, sort_keys=False), encoding="utf-8")
+    return target
+
+
+def _origin(rule: LibraryRule) -> str:
+    """The rule file's leading comment: the Gatekeeper and Kyverno policies it stands in for."""
+    text = (REPO / "src" / "mpigate" / "catalogue" / "library" / f"{rule.name}.yaml").read_text(
+        encoding="utf-8"
+    )
+    comment = [line[2:] for line in text.splitlines() if line.startswith("# ")]
+    return " ".join(comment)
+
+
+def _resolved(schema: dict[str, Any], prop: dict[str, Any]) -> dict[str, Any]:
+    ref = prop.get("$ref", "")
+    return {**schema["$defs"][ref.split("/")[-1]], **prop} if ref.startswith("#/$defs/") else prop
+
+
+def _kind(prop: dict[str, Any]) -> str:
+    if "enum" in prop:
+        return "one of " + ", ".join(f"`{v}`" for v in prop["enum"])
+    kind = str(prop.get("type", "any"))
+    if kind == "array" and isinstance(prop.get("items"), dict):
+        return f"list of {_kind(prop['items'])}"
+    return kind
+
+
+def _params_table(schema: dict[str, Any]) -> list[str]:
+    defaults = defaults_from(schema, None)
+    rows = ["| Parameter | Type | Default | Meaning |", "|---|---|---|---|"]
+    for name, prop in schema.get("properties", {}).items():
+        resolved = _resolved(schema, prop)
+        meaning = " ".join(str(resolved.get("description", "")).split())
+        if resolved.get("type") == "object" and "properties" in resolved:
+            subs = []
+            for key, sub in resolved["properties"].items():
+                sub = _resolved(schema, sub)
+                text = " ".join(str(sub.get("description", "")).split())
+                subs.append(f"`{key}` ({_kind(sub)}){': ' + text if text else ''}")
+            meaning = (meaning + " " if meaning else "") + "; ".join(subs)
+        default = json.dumps(defaults.get(name)) if name in defaults else "—"
+        escaped = meaning.replace("|", "\\|")
+        rows.append(f"| `{name}` | {_kind(resolved)} | `{default}` | {escaped} |")
+    return rows
+
+
+def library_page(rule: LibraryRule, tree: Path, tmp: Path) -> str:
+    spec = rule.document["spec"]
+    schema = spec.get("paramsSchema", {})
+    enabled = next(
+        e
+        for e in yaml.safe_load((SUITES / "rules.yaml").read_text(encoding="utf-8"))
+        if e["name"] == rule.name
+    )
+    suite = yaml.safe_load((SUITES / f"{rule.name}.yaml").read_text(encoding="utf-8"))
+    cases = suite["spec"]["cases"]
+    firing = next(
+        c for c in cases if rule.id in c["expect"].get("includes", []) + c["expect"].get("warnings", [])
+    )
+    path = tmp / f"{rule.name}.yaml"
+    path.write_text(yaml.safe_dump(firing["object"], sort_keys=False), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["explain", "--config", str(tree), str(path), "--now", NOW])
+    output = re.sub(r"config revision \S+", "config revision <revision>", result.output)
+    output = output.replace(str(tmp) + "/", "").split("  patch (JSONPatch):")[0].rstrip()
+    targets = ", ".join(spec.get("match", {}).get("targets", ["TrainJob", "MPIJob"]))
+    source = f"src/mpigate/catalogue/library/{rule.name}.yaml"
+    suite_file = f"tests/policy/library/{rule.name}.yaml"
+    lines = [
+        f"# {rule.id} — {rule.title}",
+        "",
+        "| | |",
+        "|---|---|",
+        "| Family | library (judged where the OrgPolicy enables it) |",
+        f"| Name | `{rule.name}` |",
+        f"| Applies to | {targets} |",
+        f"| Controls | {', '.join(rule.controls)} |",
+        f"| Source | [`{source}`](../../{source}) |",
+        "",
+        "## What",
+        "",
+        _origin(rule),
+    ]
+    if spec.get("description"):
+        lines += ["", " ".join(str(spec["description"]).split())]
+    lines += ["", "## Parameters", "", *_params_table(schema), "", "## Enable it", ""]
+    lines += [
+        "In `policies/org.yaml` (`params` omitted take the defaults above; `teamParams`, `action`, "
+        "`failurePolicy`, `match` and `controls` as for every library rule, [library.md](library.md)):",
+        "",
+        "```yaml",
+        "spec:",
+        "  rules:",
+        "    library:",
+        *("      " + line for line in yaml.safe_dump([enabled], sort_keys=False, width=100).splitlines()),
+        "```",
+        "",
+        "## Example",
+        "",
+        f"With the rule enabled as above, the case “{firing['name']}” of its test suite:",
+        "",
+        "```yaml",
+        yaml.safe_dump(firing["object"], sort_keys=False, width=100).rstrip(),
+        "```",
+        "",
+        "```console",
+        f"$ mpigate explain {rule.name}.yaml",
+        output,
+        "```",
+        "",
+        f"Its PolicyTest suite ([`{suite_file}`](../../{suite_file})):",
+        "",
+    ]
+    for case in cases:
+        expect = case["expect"]
+        verdict = (
+            "fires"
+            if rule.id in expect.get("includes", [])
+            else "warns"
+            if rule.id in expect.get("warnings", [])
+            else "does not fire"
+        )
+        lines.append(f"- {case['name']}: {verdict}")
+    lines += [
+        "",
+        "## Modes and exceptions",
+        "",
+        MODES,
+        "",
+        "See also: [all rules](README.md), [the library](library.md).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def library_index(rules: list[LibraryRule]) -> str:
+    lines = [
+        "# The rule library",
+        "",
+        "Rules shipped with mpigate for what Gatekeeper's policy library and Kyverno's pod-security "
+        "policies cover beyond the catalogue. A library rule is judged only where the OrgPolicy "
+        "enables it, with its parameters; it is then a rule like the catalogue's: its ID is in "
+        "decisions, audit records and reports, `spec.enforcement.overrides` and PolicyExceptions "
+        "name it, and `mpigate report` maps its controls. Each is a CustomRule in CEL "
+        "([custom-rules.md](custom-rules.md)) with a PolicyTest suite in `tests/policy/library/`.",
+        "",
+        "```yaml",
+        "apiVersion: mpigate.io/v1alpha1",
+        "kind: OrgPolicy",
+        "spec:",
+        "  rules:",
+        "    library:",
+        "      - name: allowed-capabilities          # the rule",
+        "        params: {allowed: [NET_BIND_SERVICE], requiredDrop: [ALL]}",
+        "        teamParams:                         # instead of params for a team's jobs",
+        "          research-team: {allowed: [NET_BIND_SERVICE, SYS_PTRACE]}",
+        "        action: enforce                     # enforce (default) | warn | audit; overrides win",
+        "        failurePolicy: Fail                 # an evaluation error: Fail (default) denies,",
+        "                                            # Ignore warns",
+        "        match: {classifications: [phi]}     # narrows: operations, teams, namespaces, labels,",
+        "                                            # classifications, replicatedJobs",
+        "        controls: [CC7.2]                   # besides the rule's own",
+        "```",
+        "",
+        "`mpigate check` refuses an unknown rule, a rule enabled twice, parameters its schema rejects "
+        "(at the parameter), unknown teams, classifications and controls. Image patterns (`allowed`, "
+        "`denied`, `exemptImages`) are a prefix when they end in `/`, a glob over the whole "
+        "reference with `*` or `?`, else the exact image or its repository.",
+        "",
+        "| ID | Name | Rule | Controls |",
+        "|---|---|---|---|",
+    ]
+    for rule in rules:
+        lines.append(
+            f"| [{rule.id}]({rule.id}.md) | `{rule.name}` | {rule.title} | {', '.join(rule.controls)} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
 def generate() -> dict[Path, str]:
     rules = list(all_rules().values())
-    out: dict[Path, str] = {OUT / "README.md": index(rules)}
+    library = list(library_rules().values())
+    out: dict[Path, str] = {OUT / "README.md": index(rules), OUT / "library.md": library_index(library)}
     with tempfile.TemporaryDirectory() as raw:
         tmp = Path(raw)
         baseline = baseline_tree(tmp / "baseline")
         for info in rules:
             page = pss_page(info) if info.pss_check else PAGES[info.id]
             out[OUT / f"{info.id}.md"] = render(info, page, tmp, baseline)
+        tree = library_tree(tmp / "library")
+        for rule in library:
+            out[OUT / f"{rule.id}.md"] = library_page(rule, tree, tmp)
     return out
 
 

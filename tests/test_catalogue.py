@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mpigate.catalogue import all_rules, expand_rule_pattern, rule
+from mpigate.catalogue import all_rules, expand_rule_pattern, rule, rule_ids
 
 # Every check of pod-security-admission at v1.37 (../shared/design/PSS.md).
 UPSTREAM_PSS_CHECKS = {
@@ -75,3 +75,21 @@ def test_patterns() -> None:
     }
     assert len(expand_rule_pattern("MPG-Q*")) == 8
     assert rule("MPG-Q001").family == "quota"
+
+
+def test_library_rules_are_valid_custom_rules_with_their_own_ids() -> None:
+    """Each library file is a CustomRule named as its file, its ID MPG-LIB-… and unlike the
+    catalogue's, its parameters a JSON Schema whose defaults satisfy it."""
+    from jsonschema import Draft202012Validator
+
+    from mpigate.catalogue import library_rule_ids, library_rules
+    from mpigate.config.schema import defaults_from, kind_schema
+
+    validator = Draft202012Validator(kind_schema("CustomRule"))
+    assert len(set(library_rule_ids())) == len(library_rules()) >= 20
+    for entry in library_rules().values():
+        assert not list(validator.iter_errors(entry.document)), entry.name
+        assert entry.id.startswith("MPG-LIB-") and entry.id not in rule_ids()
+        schema = entry.document["spec"]["paramsSchema"]
+        Draft202012Validator.check_schema(schema)
+        assert not list(Draft202012Validator(schema).iter_errors(defaults_from(schema, None))), entry.name

@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from mpigate.catalogue import rule_ids
+from mpigate.catalogue import library_rules, rule_ids
 from tests.conftest import REPO
 
 DOCS = REPO / "docs" / "policies"
@@ -45,3 +45,14 @@ def test_pages_are_up_to_date() -> None:
     pages = _generator().generate()
     stale = [path.name for path, text in pages.items() if path.read_text(encoding="utf-8") != text]
     assert stale == [], "run: .venv/bin/python scripts/gen_policy_docs.py"
+
+
+def test_every_library_rule_has_a_page_listed_in_the_library_index() -> None:
+    index = (DOCS / "library.md").read_text(encoding="utf-8")
+    for rule in library_rules().values():
+        text = (DOCS / f"{rule.id}.md").read_text(encoding="utf-8")
+        assert f"[{rule.id}]({rule.id}.md)" in index
+        example = text.split("## Example", 1)[1].split("## Modes and exceptions", 1)[0]
+        assert f"[{rule.id}]" in example, rule.id
+        for section in ("## What", "## Parameters", "## Enable it"):
+            assert section in text, (rule.id, section)

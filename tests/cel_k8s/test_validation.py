@@ -74,3 +74,38 @@ def test_a_pod_with_long_image_names_is_not_stopped_by_the_cost_bound() -> None:
         }
     }
     assert policy.evaluate(ENV, ENV.inputs({"object": pod})) == []
+
+
+def test_the_cost_bound_knows_the_sizes_of_the_parameters_written() -> None:
+    """A loop over a parameter list inside a loop over the pod's containers costs the list written,
+    not the inputs' n: the library's exemptImages shape is quadratic, not cubic, and a filter's
+    result grows by one element per step (a cubic bound stopped 20 library rules on one pod)."""
+    policy = _policy(
+        [
+            ("exempt", "params.exemptImages.map(p, '^' + p.replace('.', '\\\\.').replace('*', '.*'))"),
+            (
+                "containers",
+                "object.spec.containers.filter(c, !variables.exempt.exists(r, c.image.matches(r)))",
+            ),
+        ],
+        [{"expression": "variables.containers.all(c, c.?ports.orValue([]).all(p, p.containerPort > 0))"}],
+        {"exemptImages": [], "other": {"x": 1}},
+    )
+    cost = policy.validations[0].expression.program.cost
+    assert cost.degree == 2, cost
+    assert cost.at(40) < 100_000, cost
+
+
+def test_variables_of_different_types_type_check() -> None:
+    """cel-cpp types a map literal's values by joining their types, and a list(dyn) joined with dyn
+    is list(dyn): a filtered list next to a map variable made `variables.pod` a list. Each variable
+    is bound as dyn, as the API server types them."""
+    policy = _policy(
+        [
+            ("containers", "object.spec.containers.filter(c, c.name != '')"),
+            ("pod", "object.spec.?securityContext.orValue({})"),
+        ],
+        [{"expression": "variables.pod.?runAsUser.orValue(1) == 1 && size(variables.containers) == 0"}],
+        {"runAsUser": {"rule": "MustRunAs", "ranges": [{"min": 1, "max": 2}]}, "exemptImages": []},
+    )
+    assert policy.evaluate(ENV, ENV.inputs({"object": {"spec": {"containers": []}}})) == []

@@ -1,17 +1,19 @@
-"""examples/rules/gatekeeper/library.yaml: the CustomRules written for the pod checks Gatekeeper's
-library has only in Rego, each run on the effective pods of the example cpu-smoke job (issue 22)."""
+"""examples/rules/gatekeeper/library.yaml: the library rules that stand in for the pod checks
+Gatekeeper's library has only in Rego, enabled from the OrgPolicy as the example does, each run on
+the effective pods of the example cpu-smoke job (issue 22)."""
 
 from __future__ import annotations
 
 import copy
-import shutil
 from typing import Any
 
 import pytest
+import yaml
 
 from mpigate.config import Config, check_tree, load
 from tests.conftest import REPO, TODAY
 from tests.policy.helpers import decide, read
+from tests.policy.test_library import org_with_library
 
 LIBRARY = REPO / "examples" / "rules" / "gatekeeper" / "library.yaml"
 DIGEST = "@sha256:" + "a" * 64
@@ -19,11 +21,8 @@ DIGEST = "@sha256:" + "a" * 64
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> Config:
-    root = tmp_path_factory.mktemp("library") / "org"
-    for part in ("policies", "quotas", "rbac", "networkpolicies"):
-        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("tests"))
-    (root / "policies" / "rules").mkdir()
-    shutil.copy(LIBRARY, root / "policies" / "rules")
+    entries = yaml.safe_load(LIBRARY.read_text(encoding="utf-8"))["library"]
+    root = org_with_library(tmp_path_factory.mktemp("library") / "org", entries)
     result = check_tree(root, today=TODAY)
     assert result.ok, result.errors
     return load(root, today=TODAY)
@@ -64,24 +63,24 @@ def _job(
 
 
 def _fired(config: Config, job: Any) -> set[str]:
-    return {v.rule for v in decide(config, job).violations if v.rule.startswith("ACME-")}
+    return {v.rule for v in decide(config, job).violations if v.rule.startswith("MPG-LIB-")}
 
 
 def test_the_example_job_meets_the_rules_it_should(config: Config) -> None:
-    assert _fired(config, _job()) == {"ACME-IMAGE-DIGESTS", "ACME-REQUIRED-PROBES"}
+    assert _fired(config, _job()) == {"MPG-LIB-IMAGEDIGESTS", "MPG-LIB-PROBES"}
 
 
 @pytest.mark.parametrize(
     ("change", "rule"),
     [
-        ({"container": {"securityContext": {"runAsUser": 0}}}, "ACME-PSP-ALLOWED-USERS"),
-        ({"volume": {"name": "h", "hostPath": {"path": "/data"}}}, "ACME-PSP-VOLUME-TYPES"),
-        ({"volume": {"name": "f", "flexVolume": {"driver": "other/nfs"}}}, "ACME-PSP-FLEXVOLUME-DRIVERS"),
-        ({"limits": {"cpu": "128", "memory": "1Gi"}}, "ACME-CONTAINER-LIMITS"),
-        ({"limits": {"cpu": "2"}}, "ACME-CONTAINER-LIMITS"),
-        ({"image": "registry.acme.internal/research/smoke:latest"}, "ACME-DISALLOWED-TAGS"),
-        ({"image": "registry.acme.internal/research/smoke"}, "ACME-DISALLOWED-TAGS"),
-        ({"image": "quay.io/acme/smoke:1.0"}, "ACME-ALLOWED-REPOS"),
+        ({"container": {"securityContext": {"runAsUser": 0}}}, "MPG-LIB-USERS"),
+        ({"volume": {"name": "h", "hostPath": {"path": "/data"}}}, "MPG-LIB-VOLUMETYPES"),
+        ({"volume": {"name": "f", "flexVolume": {"driver": "other/nfs"}}}, "MPG-LIB-FLEXVOLUMEDRIVERS"),
+        ({"limits": {"cpu": "128", "memory": "1Gi"}}, "MPG-LIB-LIMITS"),
+        ({"limits": {"cpu": "2"}}, "MPG-LIB-LIMITS"),
+        ({"image": "registry.acme.internal/research/smoke:latest"}, "MPG-LIB-DISALLOWEDTAGS"),
+        ({"image": "registry.acme.internal/research/smoke"}, "MPG-LIB-DISALLOWEDTAGS"),
+        ({"image": "quay.io/acme/smoke:1.0"}, "MPG-LIB-IMAGES"),
     ],
 )
 def test_each_rule_fires_on_what_it_forbids(config: Config, change: dict[str, Any], rule: str) -> None:
@@ -90,8 +89,8 @@ def test_each_rule_fires_on_what_it_forbids(config: Config, change: dict[str, An
 
 def test_exempt_and_compliant_values_pass(config: Config) -> None:
     fired = _fired(config, _job(image="registry.acme.internal/research/smoke" + DIGEST))
-    assert "ACME-IMAGE-DIGESTS" not in fired and "ACME-DISALLOWED-TAGS" not in fired
+    assert "MPG-LIB-IMAGEDIGESTS" not in fired and "MPG-LIB-DISALLOWEDTAGS" not in fired
     flex = {"name": "f", "flexVolume": {"driver": "example/lvm"}}
-    assert "ACME-PSP-FLEXVOLUME-DRIVERS" not in _fired(config, _job(volume=flex))
+    assert "MPG-LIB-FLEXVOLUMEDRIVERS" not in _fired(config, _job(volume=flex))
     user = {"securityContext": {"runAsUser": 1500}}
-    assert "ACME-PSP-ALLOWED-USERS" not in _fired(config, _job(container=user))
+    assert "MPG-LIB-USERS" not in _fired(config, _job(container=user))

@@ -13,10 +13,20 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
+from typing import Any
 
 import yaml
 
-__all__ = ["RuleInfo", "all_rules", "expand_rule_pattern", "rule", "rule_ids"]
+__all__ = [
+    "LibraryRule",
+    "RuleInfo",
+    "all_rules",
+    "expand_rule_pattern",
+    "library_rule_ids",
+    "library_rules",
+    "rule",
+    "rule_ids",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +90,38 @@ def expand_rule_pattern(pattern: str, ids: Iterable[str] | None = None) -> tuple
     if any(ch in pattern for ch in "*?["):
         return tuple(i for i in candidates if fnmatch.fnmatchcase(i, pattern))
     return tuple(i for i in candidates if i == pattern or i.startswith(pattern + "-"))
+
+
+@dataclass(frozen=True, slots=True)
+class LibraryRule:
+    """A rule of the library (``library/<name>.yaml``): a CustomRule document shipped with mpigate,
+    judged only where an OrgPolicy enables it (``spec.rules.library``) with its parameters."""
+
+    name: str
+    id: str
+    title: str
+    controls: tuple[str, ...]
+    #: the CustomRule document as shipped (``spec.paramsSchema`` gives the parameters and defaults)
+    document: Mapping[str, Any]
+
+
+@cache
+def library_rules() -> Mapping[str, LibraryRule]:
+    """Every library rule, by name (the file's name without ``.yaml``), in name order."""
+    folder = resources.files(__package__).joinpath("library")
+    rules: dict[str, LibraryRule] = {}
+    for item in sorted(folder.iterdir(), key=lambda i: i.name):
+        if not item.name.endswith(".yaml"):
+            continue
+        document = yaml.safe_load(item.read_text(encoding="utf-8"))
+        name = item.name[: -len(".yaml")]
+        spec = document["spec"]
+        if document["metadata"]["name"] != name:  # pragma: no cover - guarded by tests/catalogue
+            raise ValueError(f"library/{item.name} names itself {document['metadata']['name']}")
+        rules[name] = LibraryRule(name, spec["id"], spec["title"], tuple(spec.get("controls", ())), document)
+    return MappingProxyType(rules)
+
+
+def library_rule_ids() -> tuple[str, ...]:
+    """The IDs of every library rule (enabled or not), in name order."""
+    return tuple(r.id for r in library_rules().values())

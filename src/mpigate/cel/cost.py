@@ -151,15 +151,17 @@ def _field(data: bytes, number: int) -> bytes | None:
 @dataclass(frozen=True, slots=True)
 class _Node:
     kind: str  # const ident select call list struct comprehension
-    name: str = ""  # ident name, select field, call function
+    name: str = ""  # ident name, select field, call function, a string constant's value
     children: tuple[_Node, ...] = ()
     # comprehension: (range, accu init, loop condition, loop step, result) in children; name = accu
+    keys: tuple[str | None, ...] = ()  # struct: each entry's key when it is a string constant
 
 
 def _parse(data: bytes) -> _Node:
     for number, value in _fields(data):
         if number == 3:
-            return _Node("const")
+            text = _field(value, 6)  # cel.expr.Constant.string_value
+            return _Node("const", text.decode() if text is not None else "")
         if number == 4:
             return _Node("ident", (_field(value, 1) or b"").decode())
         if number == 5:
@@ -184,8 +186,11 @@ def _parse(data: bytes) -> _Node:
         if number == 7:
             return _Node("list", "", tuple(_parse(v) for n, v in _fields(value) if n == 1))
         if number == 8:
-            values = [_field(entry, 4) for n, entry in _fields(value) if n == 2]
-            return _Node("struct", "", tuple(_parse(v) for v in values if v is not None))
+            entries = [entry for n, entry in _fields(value) if n == 2]
+            values = [(_field(entry, 3), _field(entry, 4)) for entry in entries]
+            nodes = [(_parse(k) if k is not None else None, _parse(v)) for k, v in values if v is not None]
+            keys = tuple(k.name if k is not None and k.kind == "const" else None for k, _ in nodes)
+            return _Node("struct", "", tuple(v for _, v in nodes), keys)
         if number == 9:
             parts = dict(_fields(value))
             accu = bytes(parts.get(3, b"")).decode()
@@ -198,24 +203,43 @@ def _parse(data: bytes) -> _Node:
 class _Estimate:
     cost: list[float]
     size: list[float]  # bound on the size (elements or characters) of the value
+    #: a map literal's entries by key (mpigate binds a policy's params and variables as one: the
+    #: size of `params.exemptImages` is then that of the list written, not the inputs' n)
+    fields: dict[str, _Estimate] | None = None
 
 
-def _estimate(node: _Node, accus: dict[str, list[float]]) -> _Estimate:
+def _member(inner: _Estimate, name: str) -> _Estimate:
+    """``inner.name`` (or ``inner.?name``): the entry's size when ``inner`` is a known literal."""
+    found = inner.fields.get(name) if inner.fields is not None else None
+    if found is not None:
+        return _Estimate(_add(inner.cost, _ONE), found.size, found.fields)
+    return _Estimate(_add(inner.cost, _ONE), _N)
+
+
+def _estimate(node: _Node, accus: dict[str, _Estimate]) -> _Estimate:
     if node.kind == "const":
         return _Estimate(_ONE, _ONE)
     if node.kind == "ident":
-        return _Estimate(_ONE, accus.get(node.name, _N))
+        known = accus.get(node.name)
+        return _Estimate(_ONE, known.size, known.fields) if known is not None else _Estimate(_ONE, _N)
     if node.kind == "select":
         inner = _estimate(node.children[0], accus) if node.children else _Estimate(_ONE, _N)
-        return _Estimate(_add(inner.cost, _ONE), _N)
+        return _member(inner, node.name)
     if node.kind in ("list", "struct"):
         parts = [_estimate(c, accus) for c in node.children]
         cost = _ONE
         for p in parts:
             cost = _add(cost, p.cost)
-        return _Estimate(cost, [float(len(parts) or 1)])
+        fields = None
+        if node.kind == "struct" and node.keys and all(k is not None for k in node.keys):
+            fields = {str(k): p for k, p in zip(node.keys, parts, strict=True)}
+        return _Estimate(cost, [float(len(parts) or 1)], fields)
     if node.kind == "call":
+        if node.name == "_?._" and len(node.children) == 2 and node.children[1].kind == "const":
+            return _member(_estimate(node.children[0], accus), node.children[1].name)
         parts = [_estimate(c, accus) for c in node.children]
+        if node.name == "dyn" and len(parts) == 1:
+            return _Estimate(_add(parts[0].cost, _ONE), parts[0].size, parts[0].fields)
         cost = _ONE
         size: list[float] = _N
         for p in parts:
@@ -231,15 +255,20 @@ def _estimate(node: _Node, accus: dict[str, list[float]]) -> _Estimate:
             size = _mul(parts[0].size, _add(_ONE, parts[2].size))
         elif node.name == "join" and parts:
             size = _mul(parts[0].size, _N)
+        elif node.name == "_?_:_" and len(parts) == 3:
+            # either branch (a filter's step: `cond ? accu + [x] : accu` grows by one per step)
+            size = _add(parts[1].size, parts[2].size)
         return _Estimate(cost, size)
     # comprehension: range, accu init, loop condition, loop step, result
     rng, init, cond, step, result = node.children
     r = _estimate(rng, accus)
     i = _estimate(init, accus)
     # the step's own growth: the accumulator read as empty
-    grown = _estimate(step, {**accus, node.name: [0.0]})
+    grown = _estimate(step, {**accus, node.name: _Estimate(_ONE, [0.0])})
     accu_size = _add(i.size, _mul(r.size, grown.size))
-    scope = {**accus, node.name: accu_size}
+    # cel.bind (an empty range): the accumulator is the bound value, entries and all
+    bound = node.children[0].kind == "list" and not node.children[0].children
+    scope = {**accus, node.name: _Estimate(_ONE, accu_size, i.fields if bound else None)}
     c = _estimate(cond, scope)
     s = _estimate(step, scope)
     out = _estimate(result, scope)

@@ -187,9 +187,12 @@ def _wrap(source: str, params: Any, variables: Sequence[tuple[str, str]]) -> str
         visible = variables[:level]
         entries = [f"{_literal(n)}: variables.{n}" for n, _ in visible[:-1]]
         last_name, last_expr = visible[-1]
-        entries.append(f"{_literal(last_name)}: ({last_expr})")
+        entries.append(f"{_literal(last_name)}: dyn({last_expr})")
         bound = f"cel.bind(variables, {{{', '.join(entries)}}}, {bound})"
-    return f"cel.bind(params, {_literal(params)}, {bound})"
+    # dyn, as the API server types params without a paramKind schema and each variable apart:
+    # cel-cpp types a map literal's values by one of them (a list variable next to a map one made
+    # `variables.theMap` a list, `params.runAsUser` a list beside `exemptImages: []`)
+    return f"cel.bind(params, dyn({_literal(params)}), {bound})"
 
 
 def compile_policy(

@@ -12,6 +12,8 @@ from mpigate.catalogue import expand_rule_pattern
 
 from .crossfile import Entry
 from .crossfile.admissionpolicies import admission_rules
+from .crossfile.customrules import resolved_spec
+from .crossfile.library import enabled_library, library_spec
 from .frozen import freeze
 from .model import (
     AuditSettings,
@@ -349,21 +351,44 @@ def build_config(
                 kind, meta["name"], ns, freeze(entry.data), _loc(entry)
             )
 
-    custom_rules = tuple(
-        CustomRule(
-            id=entry.data["spec"]["id"],
-            name=entry.data["metadata"]["name"],
-            title=entry.data["spec"]["title"],
-            action=entry.data["spec"]["action"],
-            controls=tuple(entry.data["spec"]["controls"]),
-            spec=freeze(entry.data["spec"]),
-            source=_loc(entry),
+    org_entry = by_kind["OrgPolicy"][0]
+    library = []
+    for index, rule, _enabled in enabled_library(org_entry):
+        spec = library_spec(rule, _enabled)
+        at = org_entry.doc.locate(("spec", "rules", "library", index))
+        library.append(
+            CustomRule(
+                id=rule.id,
+                name=rule.name,
+                title=rule.title,
+                action=spec["action"],
+                controls=tuple(spec["controls"]),
+                spec=freeze(spec),
+                source=Location(org_entry.doc.file, at.line, at.column),
+            )
         )
-        for entry in by_kind.get("CustomRule", [])
-    ) + admission_rules(
-        [*by_kind.get("ValidatingAdmissionPolicy", []), *by_kind.get("ValidatingAdmissionPolicyBinding", [])],
-        objects,
-        _loc,
+    custom_rules = (
+        tuple(
+            CustomRule(
+                id=entry.data["spec"]["id"],
+                name=entry.data["metadata"]["name"],
+                title=entry.data["spec"]["title"],
+                action=entry.data["spec"]["action"],
+                controls=tuple(entry.data["spec"]["controls"]),
+                spec=freeze(resolved_spec(entry.data["spec"])),
+                source=_loc(entry),
+            )
+            for entry in by_kind.get("CustomRule", [])
+        )
+        + tuple(library)
+        + admission_rules(
+            [
+                *by_kind.get("ValidatingAdmissionPolicy", []),
+                *by_kind.get("ValidatingAdmissionPolicyBinding", []),
+            ],
+            objects,
+            _loc,
+        )
     )
 
     return Config(

@@ -23,6 +23,7 @@ __all__ = [
     "API_VERSION",
     "KINDS",
     "apply_defaults",
+    "defaults_from",
     "kind_schema",
     "validate_document",
 ]
@@ -118,6 +119,18 @@ def _defaults_into(instance: Any, schema: Mapping[str, Any], root: Mapping[str, 
         if isinstance(items, dict):
             for item in instance:
                 _defaults_into(item, items, root)
+
+
+def defaults_from(schema: Mapping[str, Any], instance: Any) -> Any:
+    """A copy of ``instance`` (valid against ``schema``, a JSON Schema of its own, e.g. a rule's
+    ``paramsSchema``) with the schema's defaults filled in (``None``: the schema's top default)."""
+    if instance is None and "default" in schema:
+        instance = schema["default"]
+    if instance is None and schema.get("type") == "object":
+        instance = {}
+    result = copy.deepcopy(instance)
+    _defaults_into(result, schema, schema)
+    return result
 
 
 def apply_defaults(kind: str, document: Any) -> Any:

@@ -16,6 +16,7 @@ from .admissionpolicies import admission_rule_ids, check_admission_policies
 from .base import Collector, Entry, Tree, name_of, where_of
 from .customrules import check_custom_rules, custom_rule_ids
 from .exceptions import check_exceptions
+from .library import check_library, enabled_library
 from .namespaces import SYSTEM_NAMESPACES, check_namespaces
 from .network import check_networks
 from .org import check_flavors, check_org
@@ -72,16 +73,21 @@ def cross_file_problems(
     ]
     c = Collector()
     quotas = list(by_kind.get("TeamQuota", []))
+    org = _singleton(c, list(by_kind.get("OrgPolicy", [])), "OrgPolicy", True, root)
     tree = Tree(
         root=root,
-        org=_singleton(c, list(by_kind.get("OrgPolicy", [])), "OrgPolicy", True, root),
+        org=org,
         flavors_doc=_singleton(c, list(by_kind.get("GPUFlavors", [])), "GPUFlavors", True, root),
         personas_doc=_singleton(c, list(by_kind.get("Personas", [])), "Personas", False, root),
         profiles_doc=_singleton(c, list(by_kind.get("NetworkProfiles", [])), "NetworkProfiles", False, root),
         quotas=quotas,
         team_names={n for n in (name_of(e) for e in quotas) if n},
         today=today or dt.datetime.now(dt.UTC).date(),
-        custom_rule_ids=(*custom_rule_ids(by_kind.get("CustomRule", [])), *admission_rule_ids(admission)),
+        custom_rule_ids=(
+            *custom_rule_ids(by_kind.get("CustomRule", [])),
+            *admission_rule_ids(admission),
+            *(rule.id for _, rule, _ in enabled_library(org)),
+        ),
     )
     check_ownership(c, tree, (e for entries in by_kind.values() for e in entries))
     check_org(c, tree)
@@ -97,5 +103,6 @@ def cross_file_problems(
     check_runtimes(c, tree, [*by_kind.get("ClusterTrainingRuntime", []), *by_kind.get("TrainingRuntime", [])])
     check_tests(c, tree, list(by_kind.get("PolicyTest", [])))
     check_custom_rules(c, tree, list(by_kind.get("CustomRule", [])))
+    check_library(c, tree)
     check_admission_policies(c, tree, admission, list(objects))
     return c.problems

@@ -12,20 +12,27 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
 from mpigate.catalogue import rule_ids
 from mpigate.cel.validation import PolicyIssue, compile_policy, environment
 from mpigate.config.frozen import thaw
-from mpigate.config.problems import Location, Problem, format_path
+from mpigate.config.problems import Location, PathPart, Problem, format_path
+from mpigate.config.schema import defaults_from
 
 from .base import Collector, Entry, Tree, check_unique, did_you_mean
 
 __all__ = [
     "check_custom_rules",
+    "check_params",
+    "check_rule_refs",
     "compile_rule",
     "custom_rule_ids",
     "expression_location",
     "known_controls",
     "report_compile_errors",
+    "resolved_spec",
 ]
 
 
@@ -140,14 +147,73 @@ def report_compile_errors(c: Collector, tree: Tree, entry: Entry, issues: list[P
         )
 
 
+def resolved_spec(spec: Any) -> dict[str, Any]:
+    """A CustomRule ``spec`` (defaults applied) with its ``paramsSchema``'s defaults filled into
+    ``params`` and each ``teamParams`` entry: what the engine compiles."""
+    out: dict[str, Any] = dict(thaw(spec))
+    schema = out.get("paramsSchema")
+    if schema:
+        out["params"] = defaults_from(schema, out.get("params"))
+        out["teamParams"] = {t: defaults_from(schema, p) for t, p in out.get("teamParams", {}).items()}
+    return out
+
+
+def check_params(c: Collector, entry: Entry, schema: Any, params: Any, path: list[PathPart]) -> bool:
+    """Whether ``params`` (at ``path`` of ``entry``) satisfy a rule's ``paramsSchema``; each
+    failure is an error at the parameter it concerns."""
+    if schema is None:
+        return True
+    validator = Draft202012Validator(thaw(schema))
+    ok = True
+    for error in sorted(validator.iter_errors(thaw(params) if params is not None else {}), key=str):
+        ok = False
+        c.error(
+            entry,
+            [*path, *error.absolute_path],
+            f"params: {error.message}",
+            "customrule.params",
+            "the rule's paramsSchema (its docs/policies page) lists the parameters",
+        )
+    return ok
+
+
+def check_rule_refs(c: Collector, tree: Tree, entry: Entry, spec: Any, path: list[PathPart]) -> None:
+    """The teams, classifications and controls a rule (``spec`` at ``path`` of ``entry``: a
+    CustomRule's spec or a library rule's enabling entry) names exist; replicatedJobs only with Pod."""
+    match = spec.get("match", {})
+    for i, team in enumerate(match.get("teams", [])):
+        c.ref(entry, [*path, "match", "teams", i], team, tree.team_names, f"no team {team!r}", "ref.team")
+    for team in spec.get("teamParams", {}):
+        c.ref(entry, [*path, "teamParams", team], team, tree.team_names, f"no team {team!r}", "ref.team")
+    for i, name in enumerate(match.get("classifications", [])):
+        c.ref(
+            entry,
+            [*path, "match", "classifications", i],
+            name,
+            tree.classifications,
+            f"no data classification {name!r} in the OrgPolicy",
+            "ref.classification",
+        )
+    known = known_controls()
+    for i, control in enumerate(spec.get("controls", [])):
+        if control not in known:
+            c.error(
+                entry,
+                [*path, "controls", i],
+                f"no control {control!r} in the compliance catalogues",
+                "ref.control",
+                did_you_mean(control, known),
+            )
+
+
 def check_custom_rules(c: Collector, tree: Tree, entries: list[Entry]) -> None:
-    """IDs unique and outside the catalogue, teams and controls that exist, every expression compiles
-    (with its default parameters and with each team's)."""
+    """IDs unique and outside the catalogue, teams and controls that exist, parameters that satisfy
+    the rule's paramsSchema, every expression compiles (with its default parameters and with each
+    team's)."""
     valid = [e for e in entries if e.valid and not e.builtin]
     check_unique(c, valid, lambda e: e.data["spec"]["id"], "custom rule ID", ["spec", "id"])
     check_unique(c, valid, lambda e: e.data["metadata"]["name"], "CustomRule", ["metadata", "name"])
     catalogue = set(rule_ids())
-    known = known_controls()
     for entry in valid:
         spec = entry.data["spec"]
         rule_id = spec["id"]
@@ -155,35 +221,11 @@ def check_custom_rules(c: Collector, tree: Tree, entries: list[Entry]) -> None:
             c.error(
                 entry,
                 ["spec", "id"],
-                f"{rule_id} is reserved: MPG- IDs belong to mpigate's catalogue",
+                f"{rule_id} is reserved: MPG- IDs belong to mpigate's catalogue and library",
                 "customrule.id",
                 "choose an ID with your organisation's prefix (ACME-OWNER-LABEL)",
             )
-        for i, team in enumerate(spec["match"].get("teams", [])):
-            c.ref(
-                entry, ["spec", "match", "teams", i], team, tree.team_names, f"no team {team!r}", "ref.team"
-            )
-        for team in spec["teamParams"]:
-            c.ref(entry, ["spec", "teamParams", team], team, tree.team_names, f"no team {team!r}", "ref.team")
-        classifications = tree.classifications
-        for i, name in enumerate(spec["match"].get("classifications", [])):
-            c.ref(
-                entry,
-                ["spec", "match", "classifications", i],
-                name,
-                classifications,
-                f"no data classification {name!r} in the OrgPolicy",
-                "ref.classification",
-            )
-        for i, control in enumerate(spec["controls"]):
-            if control not in known:
-                c.error(
-                    entry,
-                    ["spec", "controls", i],
-                    f"no control {control!r} in the compliance catalogues",
-                    "ref.control",
-                    did_you_mean(control, known),
-                )
+        check_rule_refs(c, tree, entry, spec, ["spec"])
         if "Pod" not in spec["match"]["targets"] and spec["match"].get("replicatedJobs"):
             c.error(
                 entry,
@@ -192,12 +234,27 @@ def check_custom_rules(c: Collector, tree: Tree, entries: list[Entry]) -> None:
                 "customrule.match",
                 "add Pod to match.targets or remove replicatedJobs",
             )
-        compiled = compile_rule(spec, spec.get("params"))
+        schema = spec.get("paramsSchema")
+        if schema is not None:
+            try:
+                Draft202012Validator.check_schema(thaw(schema))
+            except SchemaError as exc:
+                c.error(
+                    entry, ["spec", "paramsSchema"], f"not a JSON Schema: {exc.message}", "customrule.params"
+                )
+                continue
+            fine = check_params(c, entry, schema, spec.get("params"), ["spec", "params"])
+            for team, params in spec["teamParams"].items():
+                fine = check_params(c, entry, schema, params, ["spec", "teamParams", team]) and fine
+            if not fine:
+                continue
+        resolved = resolved_spec(spec)
+        compiled = compile_rule(resolved, resolved.get("params"))
         if isinstance(compiled, list):
             report_compile_errors(c, tree, entry, compiled)
             continue
-        for team, params in spec["teamParams"].items():
-            per_team = compile_rule(spec, params)
+        for team, params in resolved["teamParams"].items():
+            per_team = compile_rule(resolved, params)
             if isinstance(per_team, list):  # an expression that only fails with these params
                 report_compile_errors(c, tree, entry, per_team)
                 c.error(
