@@ -26,7 +26,7 @@ COMPILED_TESTS ?= tests/policy tests/trainjob tests/admission/test_examples.py \
   tests/admission/test_review.py tests/admission/test_fuzz.py tests/admission/test_server.py \
   tests/test_catalogue.py tests/test_build.py tests/audit/test_records.py
 
-.PHONY: all demo test test-stages test-compiled compiled lint format docs lock system-deps venv clean help report-screenshot
+.PHONY: all demo test test-stages test-compiled compiled lint format docs lock system-deps venv clean help report-screenshot image test-image
 
 all: test
 
@@ -35,6 +35,8 @@ help:
 	@echo "make test    - set up, run the tests and lint"
 	@echo "make lint    - ruff + mypy --strict on src/mpigate"
 	@echo "make compiled - build the mypyc-compiled wheel into dist/ and install it into $(CVENV)"
+	@echo "make image   - build the OCI image, its oci-archive and SBOM into build/image (root)"
+	@echo "make test-image - build the image if needed and run tests/image against it"
 	@echo "make docs    - regenerate generated docs (config reference)"
 	@echo "make lock    - refresh constraints.txt from the current venv"
 	@echo "make report-screenshot - regenerate docs/img/report.png (headless Chromium)"
@@ -97,6 +99,29 @@ test-stages:
 	echo "== make test:$$summary"; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED stage(s):$$failed"; exit 1; fi; \
 	echo "make test: every stage passed"
+
+# The OCI image (docs/operations.md#the-image): built without a container daemon with mmdebstrap and
+# umoci (scripts/image/build.sh, as root), reproducible with SOURCE_DATE_EPOCH (default: the last
+# commit's time). Rebuilt when what goes into it changes. `make test-image` builds it and runs
+# tests/image (the image's rootfs serving real reviews); `make test` does not build it.
+IMAGE_DEB_PACKAGES := mmdebstrap umoci
+IMAGE_TOOLS := build/image-tools
+IMAGE_INPUTS := pyproject.toml constraints.txt $(wildcard scripts/image/*) $(COMPILED_INPUTS)
+
+$(IMAGE_TOOLS)/.installed: scripts/image/tools-constraints.txt
+	@test -x $(IMAGE_TOOLS)/bin/python || $(PYTHON) -m venv $(IMAGE_TOOLS)
+	$(IMAGE_TOOLS)/bin/python -m pip install -q -c scripts/image/tools-constraints.txt cyclonedx-bom
+	@touch $@
+
+build/image/digest: $(STAMP) $(IMAGE_TOOLS)/.installed $(IMAGE_INPUTS)
+	@$(MAKE) --no-print-directory system-deps DEB_PACKAGES="$(IMAGE_DEB_PACKAGES)"
+	@test "$$(id -u)" = 0 || { echo "make image: needs root (mmdebstrap --mode=root, chroot)"; exit 2; }
+	PY=$(BIN)/python IMAGE_TOOLS=$(IMAGE_TOOLS) bash scripts/image/build.sh
+
+image: build/image/digest
+
+test-image: image
+	$(BIN)/python -m pytest -q tests/image
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
