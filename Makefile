@@ -113,10 +113,12 @@ $(IMAGE_TOOLS)/.installed: scripts/image/tools-constraints.txt
 	$(IMAGE_TOOLS)/bin/python -m pip install -q -c scripts/image/tools-constraints.txt cyclonedx-bom
 	@touch $@
 
-build/image/digest: $(STAMP) $(IMAGE_TOOLS)/.installed $(IMAGE_INPUTS)
+# IMAGE_WHEEL=dist/mpigate-…-cp311-….whl: the image with that wheel (docs/building.md)
+IMAGE_WHEEL ?=
+build/image/digest: $(STAMP) $(IMAGE_TOOLS)/.installed $(IMAGE_INPUTS) $(IMAGE_WHEEL)
 	@$(MAKE) --no-print-directory system-deps DEB_PACKAGES="$(IMAGE_DEB_PACKAGES)"
 	@test "$$(id -u)" = 0 || { echo "make image: needs root (mmdebstrap --mode=root, chroot)"; exit 2; }
-	PY=$(BIN)/python IMAGE_TOOLS=$(IMAGE_TOOLS) bash scripts/image/build.sh
+	PY=$(BIN)/python IMAGE_TOOLS=$(IMAGE_TOOLS) IMAGE_WHEEL=$(IMAGE_WHEEL) bash scripts/image/build.sh
 
 image: build/image/digest
 

@@ -16,6 +16,7 @@
 #
 # Output: build/image/oci (OCI layout, tag = the project's version), build/image/mpigate-VERSION.oci.tar
 # (oci-archive), build/image/mpigate-VERSION.cdx.json (SBOM), build/image/digest (manifest digest).
+# IMAGE_WHEEL=path installs that wheel instead of building the pure-Python one from this checkout.
 # Needs root (mmdebstrap --mode=root, chroot), mmdebstrap, umoci, GNU tar; the Makefile installs them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -54,8 +55,14 @@ rm -rf "$OUT"
 mkdir -p "$WORK/wheels"
 
 step "wheels: mpigate $VERSION (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH) and its dependencies"
-"$PY" -m hatchling build -t wheel -d "$WORK/wheels" >/dev/null
-WHEEL=$WORK/wheels/mpigate-$VERSION-py3-none-any.whl
+if [ -n "${IMAGE_WHEEL:-}" ]; then
+  # a wheel built elsewhere, e.g. the mypyc-compiled one of `make compiled` (docs/building.md)
+  cp "$IMAGE_WHEEL" "$WORK/wheels/"
+  WHEEL=$WORK/wheels/$(basename "$IMAGE_WHEEL")
+else
+  "$PY" -m hatchling build -t wheel -d "$WORK/wheels" 2>/dev/null
+  WHEEL=$WORK/wheels/mpigate-$VERSION-py3-none-any.whl
+fi
 "$PY" -m pip download -q --disable-pip-version-check --only-binary=:all: -c constraints.txt \
   -d "$WORK/wheels" "$WHEEL" 2> >(grep -v "^WARNING: Location" >&2)
 
