@@ -106,7 +106,7 @@ test-stages:
 # tests/image (the image's rootfs serving real reviews); `make test` does not build it.
 IMAGE_DEB_PACKAGES := mmdebstrap umoci
 IMAGE_TOOLS := build/image-tools
-IMAGE_INPUTS := pyproject.toml constraints.txt $(wildcard scripts/image/*) $(COMPILED_INPUTS)
+IMAGE_INPUTS := pyproject.toml constraints.txt README.md $(wildcard scripts/image/*) $(COMPILED_INPUTS)
 
 $(IMAGE_TOOLS)/.installed: scripts/image/tools-constraints.txt
 	@test -x $(IMAGE_TOOLS)/bin/python || $(PYTHON) -m venv $(IMAGE_TOOLS)

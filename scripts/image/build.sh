@@ -60,7 +60,7 @@ if [ -n "${IMAGE_WHEEL:-}" ]; then
   cp "$IMAGE_WHEEL" "$WORK/wheels/"
   WHEEL=$WORK/wheels/$(basename "$IMAGE_WHEEL")
 else
-  "$PY" -m hatchling build -t wheel -d "$WORK/wheels" 2>/dev/null
+  "$PY" -m hatchling build -t wheel -d "$WORK/wheels" >/dev/null
   WHEEL=$WORK/wheels/mpigate-$VERSION-py3-none-any.whl
 fi
 "$PY" -m pip download -q --disable-pip-version-check --only-binary=:all: -c constraints.txt \

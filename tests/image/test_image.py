@@ -85,7 +85,44 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
         assert layer["mediaType"] == "application/vnd.oci.image.layer.v1.tar+gzip"
         with tarfile.open(fileobj=io.BytesIO(gzip.decompress(_blob(layer["digest"]))), mode="r:") as tar:
             tar.extractall(root, filter="fully_trusted")  # our own artifact, owners kept
+    stale = _first_difference(root)
+    if stale:
+        pytest.skip(
+            f"build/image was built from other sources than this checkout ({stale}): "
+            "`make test-image` rebuilds it"
+        )
     return Image(root, config["config"], entry["annotations"]["org.opencontainers.image.ref.name"])
+
+
+def _first_difference(root: Path) -> str | None:
+    """Where the mpigate package in the image differs from this checkout's sources (the wheel's
+    layout: src/mpigate, and the data directories pyproject force-includes), or None."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    include = project["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    (site,) = (root / "opt/mpigate/venv/lib").glob("python3.*/site-packages")
+    pairs = [(REPO / "src" / "mpigate", site / "mpigate", {"_data"})]
+    pairs += [(REPO / source, site / target, set()) for source, target in include.items()]
+
+    def files(base: Path, skip: set[str]) -> dict[str, Path]:
+        return {
+            str(p.relative_to(base)): p
+            for p in base.rglob("*")
+            if p.is_file()
+            and "__pycache__" not in p.parts
+            and p.suffix not in (".pyc", ".so")
+            and p.relative_to(base).parts[0] not in skip
+        }
+
+    for source, target, skip in pairs:
+        ours, theirs = files(source, skip), files(target, skip)
+        only = sorted(ours.keys() ^ theirs.keys())
+        if only:
+            where = "the checkout" if only[0] in ours else "the image"
+            return f"{source.relative_to(REPO)}/{only[0]} is only in {where}"
+        for name in sorted(ours):
+            if ours[name].read_bytes() != theirs[name].read_bytes():
+                return f"{source.relative_to(REPO)}/{name} differs"
+    return None
 
 
 def _wheel() -> tuple[Path, str]:
