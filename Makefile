@@ -22,6 +22,14 @@ CBIN := $(CVENV)/bin
 CSTAMP := $(CVENV)/.mpigate-installed
 COMPILED_INPUTS := $(shell find src policies quotas rbac networkpolicies templates webhooks examples \
   -type f -not -name '*.pyc' -not -name '*.so' 2>/dev/null)
+# make rebuilds a stamp when an input is newer than it, which misses an input that was deleted (a
+# module removed from src/ stayed in the compiled wheel and the image). build/.input-files lists
+# the inputs and is rewritten only when that list changes, so it is newer than the stamps exactly
+# when a file came or went (tests/test_buildcache.py).
+INPUT_LIST := build/.input-files
+$(shell mkdir -p build && new=$$(mktemp build/.input-files.XXXXXX) && \
+  printf '%s\n' $(sort $(COMPILED_INPUTS)) > "$$new" && \
+  if cmp -s "$$new" $(INPUT_LIST); then rm -f "$$new"; else mv -f "$$new" $(INPUT_LIST); fi)
 COMPILED_TESTS ?= tests/policy tests/trainjob tests/admission/test_examples.py \
   tests/admission/test_review.py tests/admission/test_fuzz.py tests/admission/test_server.py \
   tests/test_catalogue.py tests/test_build.py tests/audit/test_records.py
@@ -63,7 +71,7 @@ venv: $(STAMP)
 
 # The wheel is built from an sdist (pip unpacks it into a temporary directory) so that mypyc's
 # in-place extension modules never land in src/, where the editable .venv would import them.
-$(CSTAMP): $(STAMP) $(COMPILED_INPUTS)
+$(CSTAMP): $(STAMP) $(COMPILED_INPUTS) $(INPUT_LIST)
 	rm -rf build/compiled dist/mpigate-*-cp*-*.whl
 	$(BIN)/python -m hatchling build -t sdist -d build/compiled
 	HATCH_BUILD_HOOK_ENABLE_MYPYC=true $(BIN)/python -m pip wheel -q --no-deps --no-build-isolation \
@@ -106,7 +114,7 @@ test-stages:
 # tests/image (the image's rootfs serving real reviews); `make test` does not build it.
 IMAGE_DEB_PACKAGES := mmdebstrap umoci
 IMAGE_TOOLS := build/image-tools
-IMAGE_INPUTS := pyproject.toml constraints.txt README.md $(wildcard scripts/image/*) $(COMPILED_INPUTS)
+IMAGE_INPUTS := pyproject.toml constraints.txt README.md $(wildcard scripts/image/*) $(COMPILED_INPUTS) $(INPUT_LIST)
 
 $(IMAGE_TOOLS)/.installed: scripts/image/tools-constraints.txt
 	@test -x $(IMAGE_TOOLS)/bin/python || $(PYTHON) -m venv $(IMAGE_TOOLS)

