@@ -68,7 +68,7 @@ fi
 
 step "rootfs: mmdebstrap $DEBIAN_SUITE"
 mmdebstrap --quiet --mode=root --variant=essential \
-  --include=python3.11,python3.11-venv,ca-certificates,netbase \
+  --include=python3.11,python3.11-venv,libstdc++6,ca-certificates,netbase \
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
   --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/lintian/*' \
@@ -102,7 +102,7 @@ step "user $IMAGE_UID, runtime-only packages"
 grep -q "^mpigate:" "$ROOT/etc/passwd" ||
   echo "mpigate:x:$IMAGE_UID:$IMAGE_UID:mpigate:/nonexistent:/usr/sbin/nologin" >> "$ROOT/etc/passwd"
 grep -q "^mpigate:" "$ROOT/etc/group" || echo "mpigate:x:$IMAGE_UID:" >> "$ROOT/etc/group"
-"$PY" scripts/image/slim_rootfs.py "$ROOT" > "$WORK/debian-packages.txt"
+"$PY" scripts/image/slim_rootfs.py "$ROOT" "$VENV" > "$WORK/debian-packages.txt"
 
 step "layer and OCI image (umoci)"
 tar --sort=name --format=pax --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \

@@ -7,7 +7,13 @@ every package outside the runtime set (as `dpkg --purge` would, but without runn
 scripts, which need the shell being removed) and drops them from /var/lib/dpkg/status, so that SBOM
 and vulnerability scanners see exactly what the image holds.
 
-Usage: python slim_rootfs.py ROOTFS   (prints the kept packages, one "name version" a line)
+The runtime set is python3.11's dependency closure plus the packages that provide the shared
+libraries the venv's native extensions need (their ELF DT_NEEDED entries, e.g. libstdc++.so.6 for
+cel-expr-python): a wheel's extension linking a library nobody kept would only fail when the image
+imports it. A needed library that no installed package provides stops the build, naming it.
+
+Usage: python slim_rootfs.py ROOTFS VENV   (VENV as seen inside ROOTFS, e.g. /opt/mpigate/venv;
+prints the kept packages, one "name version" a line)
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -49,8 +56,75 @@ def _field(stanza: str, name: str) -> str:
     return match.group(1).replace("\n", " ") if match else ""
 
 
-def runtime_packages(status: str) -> set[str]:
-    """The closure of RUNTIME_ROOTS over Pre-Depends and Depends (first installed alternative)."""
+def elf_needed(data: bytes) -> list[str]:
+    """The DT_NEEDED entries of a 64-bit little-endian ELF file ([] for anything else): the
+    PT_DYNAMIC segment's entries, their strings read from DT_STRTAB mapped through PT_LOAD."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return []
+    phoff, phentsize, phnum = struct.unpack_from("<Q", data, 32)[0], *struct.unpack_from("<HH", data, 54)
+    loads, dynamic = [], None
+    for i in range(phnum):
+        p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
+        if p_type == 1:  # PT_LOAD
+            loads.append((p_vaddr, p_offset, p_filesz))
+        elif p_type == 2:  # PT_DYNAMIC
+            dynamic = (p_offset, p_filesz)
+    if dynamic is None:
+        return []
+    entries = [struct.unpack_from("<qQ", data, dynamic[0] + i) for i in range(0, dynamic[1], 16)]
+    strtab = next((value for tag, value in entries if tag == 5), None)  # DT_STRTAB, a virtual address
+    offset = next(
+        (o + strtab - v for v, o, size in loads if strtab is not None and v <= strtab < v + size), None
+    )
+    if offset is None:
+        return []
+    names = []
+    for tag, value in entries:
+        if tag == 0:  # DT_NULL
+            break
+        if tag == 1:  # DT_NEEDED
+            end = data.index(b"\0", offset + value)
+            names.append(data[offset + value : end].decode())
+    return names
+
+
+def venv_libraries(venv: Path) -> dict[str, str]:
+    """The shared libraries the venv's ELF files need from the system: {library: a file needing it}.
+    Libraries a wheel bundles (auditwheel's <package>.libs/) are the venv's own, not needed."""
+    files = [p for p in venv.rglob("*") if p.is_file() and not p.is_symlink() and ".so" in p.name]
+    own = {p.name for p in files}
+    needed: dict[str, str] = {}
+    for path in sorted(files):
+        for library in elf_needed(path.read_bytes()):
+            if library not in own:
+                needed.setdefault(library, str(path.relative_to(venv)))
+    return needed
+
+
+# where the dynamic linker looks: /lib, /lib64, /usr/lib, /usr/lib/x86_64-linux-gnu, ...
+_LIB_DIR = re.compile(r"(/usr)?/lib(32|64|x32)?(/[^/]+-linux-gnu[^/]*)?")
+
+
+def library_packages(info: Path, installed: list[str], needed: dict[str, str]) -> set[str]:
+    """The installed packages whose files provide ``needed`` (in a lib directory)."""
+    found: dict[str, str] = {}
+    for package in installed:
+        for line in _list_file(info, package).read_text(encoding="utf-8").splitlines():
+            directory, _, name = line.rpartition("/")
+            if name in needed and _LIB_DIR.fullmatch(directory):
+                found.setdefault(name, package)
+    missing = sorted(set(needed) - set(found))
+    if missing:
+        raise SystemExit(
+            "slim_rootfs: no installed Debian package provides "
+            + ", ".join(f"{lib} (needed by {needed[lib]})" for lib in missing)
+            + ": add its package to the rootfs (scripts/image/build.sh --include, Containerfile)"
+        )
+    return set(found.values())
+
+
+def runtime_packages(status: str, roots: tuple[str, ...] = RUNTIME_ROOTS) -> set[str]:
+    """The closure of ``roots`` over Pre-Depends and Depends (first installed alternative)."""
     deps: dict[str, list[list[str]]] = {}
     for stanza in _stanzas(status):
         if "install ok installed" not in _field(stanza, "Status"):
@@ -61,11 +135,11 @@ def runtime_packages(status: str) -> set[str]:
             for rel in relations.split(",")
             if rel.strip()
         ]
-    missing = [p for p in (*RUNTIME_ROOTS, *DATA_ONLY) if p not in deps]
+    missing = [p for p in (*roots, *DATA_ONLY) if p not in deps]
     if missing:
         raise SystemExit(f"slim_rootfs: not installed in the rootfs: {', '.join(missing)}")
     keep = set(DATA_ONLY)
-    todo = list(RUNTIME_ROOTS)
+    todo = list(roots)
     while todo:
         package = todo.pop()
         if package in keep:
@@ -88,16 +162,17 @@ def _list_file(info: Path, package: str) -> Path:
     raise SystemExit(f"slim_rootfs: no file list for {package}")
 
 
-def slim(root: Path) -> list[str]:
+def slim(root: Path, venv: str) -> list[str]:
     status_path = root / "var/lib/dpkg/status"
     status = status_path.read_text(encoding="utf-8")
-    keep = runtime_packages(status)
     info = root / "var/lib/dpkg/info"
+    installed = [_field(s, "Package") for s in _stanzas(status)]
+    libraries = library_packages(info, installed, venv_libraries(root / venv.lstrip("/")))
+    keep = runtime_packages(status, (*RUNTIME_ROOTS, *sorted(libraries)))
     # ldconfig (libc-bin) goes with the rest, but the linker cache must be rebuilt afterwards
     # (Debian's ldconfig is linked statically, so a copy runs without the rootfs)
     ldconfig = Path(tempfile.mkdtemp()) / "ldconfig"
     shutil.copy2(root / "sbin/ldconfig", ldconfig)
-    installed = [_field(s, "Package") for s in _stanzas(status)]
     kept_paths = {line for p in keep for line in _list_file(info, p).read_text(encoding="utf-8").splitlines()}
     for package in sorted(set(installed) - keep):
         for line in sorted(_list_file(info, package).read_text(encoding="utf-8").splitlines(), reverse=True):
@@ -149,6 +224,6 @@ def _resolves(root: Path, link: Path) -> bool:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: slim_rootfs.py ROOTFS")
-    print("\n".join(slim(Path(sys.argv[1]))))
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: slim_rootfs.py ROOTFS VENV")
+    print("\n".join(slim(Path(sys.argv[1]), sys.argv[2])))
