@@ -8,10 +8,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.mpigate-installed
-# Debian packages the tests and the demo use (OpenMPI for the real MPI tests, Chromium for the
-# report rendering test, git for revisions, a C compiler and the Python headers for the mypyc build).
-# Installed only when missing.
-DEB_PACKAGES ?= git openmpi-bin libopenmpi-dev iproute2 chromium gcc python3-dev
+# Debian packages the tests and the demo use (OpenMPI and MPICH for the real MPI tests, Chromium for
+# the report rendering test, git for revisions, a C compiler and the Python headers for the mypyc
+# build). Installed only when missing. Debian's mpich and openmpi-bin both offer mpirun through
+# alternatives (Open MPI keeps it: priority 50 against 40); the tests call MPICH's own
+# /usr/bin/mpiexec.hydra, never plain mpirun.
+DEB_PACKAGES ?= git openmpi-bin libopenmpi-dev mpich iproute2 chromium gcc python3-dev
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test` (auto: one per core; 0 runs the suite in one process).
 PYTEST_WORKERS ?= auto

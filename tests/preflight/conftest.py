@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from mpigate.config import Config, load
 from mpigate.config.model import NetworkProfile
+from mpigate.config.mpienv import Implementation
 from mpigate.preflight import mpi_unavailable, virtual_pods_unavailable
 from mpigate.preflight.ports import PortWindowError, free_window
 from tests.buildcache import build_key, reuse_or_build
@@ -96,6 +100,119 @@ def openmpi5() -> tuple[str, str]:
     if not probe.stdout.startswith("Open MPI v5."):
         _missing(f"mpi4py in {OPENMPI5_VENV} does not load OpenMPI 5: {(probe.stdout + probe.stderr)[-300:]}")
     return python, mpirun
+
+
+@dataclass(frozen=True)
+class MpiInstall:
+    """One MPI installation to run the preflight with: its launcher, and a Python whose mpi4py
+    loads its library (with ``env``, which the harness adds to every run)."""
+
+    name: str
+    implementation: Implementation
+    python: str
+    mpirun: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def wheel_venv(name: str, requirements: tuple[str, ...]) -> Path:
+    """build/<name>: a venv with mpigate[mpi] (editable) and ``requirements``, rebuilt whenever
+    what builds it changes (the requirements, constraints.txt, pyproject.toml: the stamp is their
+    hash). Two test runs at once build it once (a lock next to it). Skips (fails in CI) with pip's
+    last line when it cannot be built."""
+    venv = REPO / "build" / name
+    digest = hashlib.sha256()
+    for part in (
+        *requirements,
+        (REPO / "constraints.txt").read_text(),
+        (REPO / "pyproject.toml").read_text(),
+    ):
+        digest.update(part.encode() + b"\0")
+    stamp = venv / f".mpigate-{digest.hexdigest()[:16]}"
+    venv.parent.mkdir(exist_ok=True)
+    with open(venv.parent / f".{name}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stamp.exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            python = str(venv / "bin" / "python")
+            steps = [
+                [sys.executable, "-m", "venv", str(venv)],
+                [
+                    python,
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "-c",
+                    str(REPO / "constraints.txt"),
+                    "-e",
+                    f"{REPO}[mpi]",
+                ],
+                [python, "-m", "pip", "install", "-q", *requirements],
+            ]
+            for step in steps:
+                done = subprocess.run(step, capture_output=True, text=True, check=False, timeout=900)
+                if done.returncode != 0:
+                    last = (done.stderr.strip().splitlines() or ["?"])[-1]
+                    _missing(f"cannot build {venv} with {' '.join(requirements)}: {last}")
+            stamp.touch()
+    return venv
+
+
+def _usable(install: MpiInstall) -> MpiInstall:
+    reason = mpi_unavailable(
+        install.python, mpirun=install.mpirun, implementation=install.implementation, env=install.env
+    )
+    if reason:
+        _missing(f"{install.name}: {reason}")
+    return install
+
+
+# The MPICH and Intel MPI wheels: each in a venv of its own, with its own mpiexec (neither may
+# shadow Debian's Open MPI mpirun in .venv, nor each other).
+MPICH_WHEEL = ("mpich==5.0.2",)
+IMPI_WHEEL = ("impi-rt==2021.18.1",)
+
+
+@pytest.fixture(scope="session")
+def mpich_debian() -> MpiInstall:
+    """Debian's mpich (4.0.2, ch4:ucx) under its own launcher /usr/bin/mpiexec.hydra, with this
+    venv's mpi4py. Debian names the library libmpich.so.12 and ships no libmpi.so.12 (the MPICH
+    ABI name mpi4py's MPICH build links) without libmpich-dev: a private directory gives it that
+    name, and MPI4PY_MPIABI picks mpi4py's MPICH build (it would otherwise find Open MPI's libmpi.so)."""
+    library = Path("/usr/lib/x86_64-linux-gnu/libmpich.so.12")
+    if not Path("/usr/bin/mpiexec.hydra").exists() or not library.exists():
+        _missing("Debian's mpich is not installed (apt-get install mpich; make system-deps does)")
+    abi = REPO / "build" / "debian-mpich-abi"
+    abi.mkdir(parents=True, exist_ok=True)
+    link = abi / "libmpi.so.12"
+    if not link.is_symlink() or link.resolve() != library.resolve():
+        link.unlink(missing_ok=True)
+        link.symlink_to(library)
+    env = {"MPI4PY_MPIABI": "mpich", "LD_LIBRARY_PATH": str(abi)}
+    return _usable(MpiInstall("debian-mpich", "MPICH", sys.executable, "/usr/bin/mpiexec.hydra", env))
+
+
+@pytest.fixture(scope="session")
+def mpich_wheel() -> MpiInstall:
+    """PyPI's mpich wheel (5.0.2: ch4:ucx and ofi, UCX and libfabric bundled) in build/mpich-venv."""
+    bin_dir = wheel_venv("mpich-venv", MPICH_WHEEL) / "bin"
+    return _usable(
+        MpiInstall("mpich-wheel", "MPICH", str(bin_dir / "python"), str(bin_dir / "mpiexec.hydra"))
+    )
+
+
+@pytest.fixture(scope="session")
+def impi_wheel() -> MpiInstall:
+    """PyPI's impi-rt wheel (Intel MPI 2021, libfabric bundled) in build/impi-venv."""
+    bin_dir = wheel_venv("impi-venv", IMPI_WHEEL) / "bin"
+    return _usable(MpiInstall("impi-wheel", "Intel", str(bin_dir / "python"), str(bin_dir / "mpiexec.hydra")))
+
+
+@pytest.fixture(params=["mpich_debian", "mpich_wheel", "impi_wheel"])
+def hydra_mpi(request: pytest.FixtureRequest) -> MpiInstall:
+    """Each Hydra-launched installation in turn."""
+    install: MpiInstall = request.getfixturevalue(request.param)
+    return install
 
 
 @pytest.fixture(scope="session")

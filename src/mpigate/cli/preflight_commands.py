@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -10,6 +11,7 @@ import click
 
 from mpigate.config import Config, ConfigError, load
 from mpigate.config.model import NetworkProfile
+from mpigate.config.mpienv import DEFAULT_IMPLEMENTATION, IMPLEMENTATIONS, PINNED_ENV_NAMES, Implementation
 from mpigate.preflight import (
     DEFAULT_SIZES,
     RANGE_NAMES,
@@ -22,7 +24,7 @@ from mpigate.preflight import (
     run_local,
     virtual_pods_unavailable,
 )
-from mpigate.preflight.checks import PINNED_ENV_PREFIXES
+from mpigate.preflight.launch import DEFAULT_LAUNCHERS
 from mpigate.preflight.ports import (
     PortWindowError,
     busy_ports,
@@ -120,6 +122,25 @@ def _load(path: Path) -> Config:
     help="--local: move the profile's BTL and OOB ranges to start at PORT (sizes kept), or to a "
     "window that nothing here holds with 'auto' (the ranges in the cluster are unchanged).",
 )
+@click.option(
+    "--mpi",
+    "implementation",
+    type=click.Choice(IMPLEMENTATIONS, case_sensitive=False),
+    default=DEFAULT_IMPLEMENTATION,
+    show_default=True,
+    help="--local: the MPI implementation to run with; its pinned-port environment is injected "
+    "(Intel: Intel MPI).",
+)
+@click.option(
+    "--mpirun",
+    help="--local: its launcher [OpenMPI: mpirun; MPICH, Intel: mpiexec.hydra], e.g. "
+    "/usr/bin/mpiexec.hydra (Debian's mpich) or VENV/bin/mpiexec.hydra (the mpich or impi-rt wheel).",
+)
+@click.option(
+    "--python",
+    "python",
+    help="--local: the ranks' Python, whose mpi4py loads that implementation [this one].",
+)
 @click.option("--team", help="Team of the smoke TrainJob (--trainjob).")
 @click.option(
     "--image", help="--trainjob: image with Python and mpigate[mpi] (default: the runtime's image)."
@@ -175,6 +196,9 @@ def preflight_command(
     pods: int,
     timeout: float,
     port_base: int | Literal["auto"] | None,
+    implementation: str,
+    mpirun: str | None,
+    python: str | None,
     team: str | None,
     image: str | None,
     nodes: int | None,
@@ -196,6 +220,10 @@ def preflight_command(
       mpirun -np 4 python -m mpigate.preflight       # inside a job: one rank per process
       mpigate preflight --local -np 4 --profile pinned-ports --config .
       mpigate preflight --trainjob --team nlp-team --config .   # the smoke TrainJob as YAML
+
+    \b
+    MPICH or Intel MPI (Hydra) instead of Open MPI, e.g. the impi-rt wheel's:
+      mpigate preflight --local --mpi Intel --mpirun VENV/bin/mpiexec.hydra --python VENV/bin/python
 
     \b
     Example:
@@ -226,7 +254,20 @@ def preflight_command(
     if trainjob:
         _trainjob(config_path, team, image, nodes, name, settings, output)
     elif local:
-        _local(config_path, profile, unpinned, np, transport, pods, timeout, port_base, settings, output)
+        launcher = _Launcher(_implementation(implementation), mpirun, python or sys.executable)
+        _local(
+            config_path,
+            profile,
+            unpinned,
+            np,
+            transport,
+            pods,
+            timeout,
+            port_base,
+            launcher,
+            settings,
+            output,
+        )
     else:
         _in_job(settings, output)
 
@@ -282,6 +323,17 @@ def _mpi_unavailable_here() -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Launcher:
+    implementation: Implementation
+    mpirun: str | None
+    python: str
+
+
+def _implementation(value: str) -> Implementation:
+    return next(i for i in IMPLEMENTATIONS if i.lower() == value.lower())
+
+
 def _local(
     config_path: Path,
     profile_name: str,
@@ -291,6 +343,7 @@ def _local(
     pods: int,
     timeout: float,
     port_base: int | Literal["auto"] | None,
+    launcher: _Launcher,
     settings: PreflightSettings,
     output: str,
 ) -> None:
@@ -305,7 +358,11 @@ def _local(
         profile = _free_ranges(profile, port_base, check=not unpinned)
     elif port_base is not None:
         raise click.BadParameter(f"profile {profile_name!r} pins no ports", param_hint="--port-base")
-    reason = mpi_unavailable() or (virtual_pods_unavailable() if pods else None)
+    impl = launcher.implementation
+    mpirun = launcher.mpirun or DEFAULT_LAUNCHERS[impl]
+    reason = mpi_unavailable(launcher.python, mpirun=mpirun, implementation=impl) or (
+        virtual_pods_unavailable() if pods else None
+    )
     if reason:
         click.secho(f"error: {reason}", fg="red", err=True)
         sys.exit(EXIT_USAGE)
@@ -318,6 +375,9 @@ def _local(
         transport="tcp" if transport == "tcp" else "auto",
         pods=pods,
         timeout=timeout,
+        python=launcher.python,
+        mpirun=mpirun,
+        implementation=impl,
     )
     if output != "text":
         click.echo(dump(run.to_dict(), output), nl=False)
@@ -359,11 +419,9 @@ def _free_ranges(
 
 def _render_local(run: LocalRun, profile_name: str, unpinned: bool) -> str:
     lines = [f"$ {' '.join(run.argv)}"]
-    pinned = [f"{k}={v}" for k, v in run.injected if k.startswith(PINNED_ENV_PREFIXES)]
+    pinned = [f"{k}={v}" for k, v in run.injected if k in PINNED_ENV_NAMES]
     harness = [
-        f"{k}={v}"
-        for k, v in run.injected
-        if k.startswith("OMPI_MCA_") and not k.startswith(PINNED_ENV_PREFIXES)
+        f"{k}={v}" for k, v in run.injected if k not in PINNED_ENV_NAMES and not k.startswith("OMPI_ALLOW")
     ]
     lines.append(
         f"profile {profile_name} environment: " + ("none (--unpinned)" if unpinned else " ".join(pinned))

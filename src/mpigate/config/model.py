@@ -18,6 +18,7 @@ from typing import Any, Literal
 from mpigate.catalogue import all_rules, expand_rule_pattern, rule_ids
 
 from .admission import BindingParams
+from .mpienv import Implementation, pinned_env
 from .problems import Location
 
 __all__ = [
@@ -107,6 +108,9 @@ class RuntimeApproval:
     kind: str
     external: bool
     teams: tuple[str, ...] | None
+    #: What the approved-runtimes entry declares (``mpiImplementation``); None: not declared (the
+    #: runtime's own ``mlPolicy.mpi.mpiImplementation``, or Open MPI, applies).
+    mpi_implementation: Implementation | None = None
 
     def allows_team(self, team: str) -> bool:
         return self.teams is None or team in self.teams
@@ -325,25 +329,15 @@ class NetworkProfile:
         The same three OOB parameters are therefore set under both prefixes; each version ignores
         the other's names. The TCP BTL is still OMPI's own and reads ``OMPI_MCA_btl_tcp_*`` in 5.
         """
+        return self.pinned_env("OpenMPI")
+
+    def pinned_env(self, implementation: Implementation) -> tuple[tuple[str, str], ...]:
+        """The environment that confines ``implementation``'s TCP traffic to the pinned ranges
+        (pinned-ports only; ``mpienv`` says which variable each implementation reads)."""
         if self.mode != "pinned-ports":
             return ()
-        btl_min, btl_range = str(self.btl_port_min), str(self.btl_port_range)
-        oob_ports = f"{self.oob_port_min}-{self.oob_port_max}"
-        return (
-            ("OMPI_MCA_btl_tcp_port_min_v4", btl_min),
-            ("OMPI_MCA_btl_tcp_port_range_v4", btl_range),
-            ("OMPI_MCA_btl_tcp_port_min_v6", btl_min),
-            ("OMPI_MCA_btl_tcp_port_range_v6", btl_range),
-            ("OMPI_MCA_btl_tcp_disable_family", "6"),
-            ("OMPI_MCA_oob_tcp_static_ipv4_ports", oob_ports),
-            ("OMPI_MCA_oob_tcp_static_ipv6_ports", oob_ports),
-            ("OMPI_MCA_oob_tcp_disable_ipv6_family", "1"),
-            # PRRTE: src/mca/oob/tcp/oob_tcp_component.c tcp_component_register (the names as
-            # the wheel's `prte_info --all` lists them).
-            ("PRTE_MCA_oob_tcp_static_ipv4_ports", oob_ports),
-            ("PRTE_MCA_oob_tcp_static_ipv6_ports", oob_ports),
-            ("PRTE_MCA_oob_tcp_disable_ipv6_family", "1"),
-        )
+        _ssh, btl, oob = self.port_ranges()
+        return pinned_env(implementation, btl, oob)
 
     def port_ranges(self) -> tuple[tuple[int, int], ...]:
         """Inclusive TCP port ranges among a job's pods that ``pinned-ports`` opens: SSH, BTL, OOB."""

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mpigate.config.mpienv import PINNED_ENV_NAMES
+
 from .confinement import PortRanges
 from .portwatch import sample_once
 from .report import CheckResult, PingPong, PreflightReport, RankReport
@@ -31,14 +33,8 @@ DEFAULT_SIZES: tuple[int, ...] = (8, 1 << 10, 64 << 10, 1 << 20)
 # Large enough to cross OpenMPI's TCP eager limit (64 KiB), so that the rendezvous protocol is used.
 ALLREDUCE_ELEMENTS = 1 << 15
 SHIFT_BYTES = 1 << 20
-PINNED_ENV_PREFIXES = (
-    "OMPI_MCA_btl_tcp_port",
-    "OMPI_MCA_btl_tcp_disable",
-    "OMPI_MCA_oob_tcp_static",
-    "OMPI_MCA_oob_tcp_disable",
-    "PRTE_MCA_oob_tcp_static",
-    "PRTE_MCA_oob_tcp_disable",
-)
+# The names of every implementation's pinned-port environment (config.mpienv.pinned_env).
+PINNED_ENV_PREFIXES = tuple(sorted(PINNED_ENV_NAMES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,11 +200,11 @@ def _own_ports(env: Mapping[str, str], settings: PreflightSettings) -> tuple[Che
     if ranges is None:
         if settings.expect_pinned:
             return CheckResult(
-                "ports", "fail", "no OMPI_MCA_* pinned-port environment (was it injected?)"
+                "ports",
+                "fail",
+                "no pinned-port environment (OMPI_MCA_*, I_MPI_PORT_RANGE, ...: was it injected?)",
             ), tuple(listening)
-        return CheckResult("ports", "skip", "ports not pinned (no OMPI_MCA_* port environment)"), tuple(
-            listening
-        )
+        return CheckResult("ports", "skip", "ports not pinned (no pinned-port environment)"), tuple(listening)
     outside = [p for p in listening if ranges.range_of(p) is None]
     if outside:
         return CheckResult(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mpigate.config.model import NetworkProfile
+from mpigate.config.mpienv import parse_pinned_ranges
 
 from .portwatch import ObservedSocket
 
@@ -68,9 +69,11 @@ class PortRanges:
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> PortRanges | None:
-        """The ranges an OpenMPI process was pinned to by ``OMPI_MCA_*``/``PRTE_MCA_*`` (None: not pinned).
+        """The ranges a process was pinned to by its MPI implementation's variables (None: not
+        pinned): Open MPI's ``OMPI_MCA_*``/``PRTE_MCA_*``, MPICH's and Intel MPI's
+        (``mpienv.parse_pinned_ranges``; their data ranges count as BTL, Hydra's as OOB).
 
-        Raises ValueError for values OpenMPI would not accept either.
+        Raises ValueError for values the implementation would not accept either.
         """
         btl: list[tuple[int, int]] = []
         for family in ("v4", "v6"):
@@ -86,6 +89,9 @@ class PortRanges:
                 name = f"{prefix}oob_tcp_static_{family}_ports"
                 if env.get(name):
                     oob.extend(parse_port_list(env[name]))
+        data, daemon = parse_pinned_ranges(env)
+        btl.extend(data)
+        oob.extend(daemon)
         if not btl and not oob:
             return None
         return PortRanges(btl=tuple(dict.fromkeys(btl)), oob=tuple(dict.fromkeys(oob)))

