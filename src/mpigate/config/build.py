@@ -44,6 +44,7 @@ from .model import (
     TeamNetwork,
     UpdatePolicy,
 )
+from .mpienv import as_implementation
 from .problems import Location, Problem
 from .units import parse_duration, parse_quantity
 
@@ -76,6 +77,7 @@ def _org(entry: Entry) -> OrgPolicy:
                     allowed["kind"],
                     allowed["external"],
                     tuple(teams) if teams is not None else None,
+                    as_implementation(allowed.get("mpiImplementation")),
                 )
             )
     return OrgPolicy(

@@ -13,6 +13,7 @@ from typing import Any
 
 from mpigate.config import Config
 from mpigate.config.model import DataClassification, NetworkProfile, Region, Team
+from mpigate.config.mpienv import DEFAULT_IMPLEMENTATION, Implementation, as_implementation
 from mpigate.trainjob import Resolution
 from mpigate.trainjob.jsontypes import is_mapping
 
@@ -106,6 +107,21 @@ class JobContext:
     @property
     def team_name(self) -> str:
         return self.team.name if self.team else ""
+
+    @property
+    def implementation(self) -> Implementation:
+        """The MPI implementation the job runs, whose pinned-port environment it gets: the
+        runtime's ``mlPolicy.mpi.mpiImplementation`` (an MPIJob's ``spec.mpiImplementation``) where
+        the job has one, else what the org's approved-runtimes entry declares (``mpiImplementation``:
+        a runtime without Trainer's MPI policy that runs ``mpiexec.hydra`` itself), else Open MPI."""
+        ml = self.resolution.ml_policy if self.resolution is not None else None
+        if ml is not None and ml.mpi:
+            return as_implementation(ml.mpi_implementation) or DEFAULT_IMPLEMENTATION
+        if self.runtime_name:
+            approval = self.config.org.runtime_approval(self.runtime_name, self.runtime_kind)
+            if approval is not None and approval.mpi_implementation is not None:
+                return approval.mpi_implementation
+        return DEFAULT_IMPLEMENTATION
 
     @property
     def team_file(self) -> str:

@@ -72,7 +72,7 @@ def mutate_mpijob(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | No
     replicas = spec["mpiReplicaSpecs"] = dict(replicas)
     profile = ctx.profile
     pinned = (
-        profile.openmpi_env
+        profile.pinned_env(ctx.implementation)
         if team is not None and profile is not None and profile.mode == "pinned-ports"
         else ()
     )

@@ -5,8 +5,8 @@
 * ``spec.activeDeadlineSeconds``: the org's default runtime when absent (MPG-LIFE-001);
 * ``spec.trainer.image``: the configured mirror, for an image the allow-list admits upstream
   (MPG-IMG-001) — the only patchable image field;
-* ``spec.trainer.env``: the pinned OpenMPI port environment of the ``pinned-ports`` profile,
-  names that are missing only (MPG-NET-002);
+* ``spec.trainer.env``: the pinned port environment of the ``pinned-ports`` profile for the job's
+  MPI implementation (``JobContext.implementation``), names that are missing only (MPG-NET-002);
 * mpigate's own ``runtimePatches`` entry (``manager: mpigate.io/admission``), appended — or
   rebuilt in place when present — with, for every replicated job of the runtime, the region's
   ``nodeSelector`` (MPG-RES-001), the pod label ``mpigate.io/team`` (MPG-NET-001) and, with
@@ -76,7 +76,9 @@ def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> 
         if isinstance(trainer, dict) and (trainer.get("env") is None or isinstance(trainer.get("env"), list)):
             env = list(trainer.get("env") or [])
             present = {as_str(as_mapping(v).get("name")) for v in env}
-            added = [{"name": n, "value": v} for n, v in profile.openmpi_env if n not in present]
+            added = [
+                {"name": n, "value": v} for n, v in profile.pinned_env(ctx.implementation) if n not in present
+            ]
             if added:
                 trainer["env"] = env + added
 

@@ -1,11 +1,12 @@
-"""MPG-NET-001 (the team label that NetworkPolicies select) and MPG-NET-002 (the pinned OpenMPI
-ports of the ``pinned-ports`` profile)."""
+"""MPG-NET-001 (the team label that NetworkPolicies select) and MPG-NET-002 (the pinned ports of the
+``pinned-ports`` profile, in the environment of the job's MPI implementation)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from mpigate.config.mpienv import LABELS
 from mpigate.policy.context import TEAM_LABEL, JobContext, as_list, as_mapping, as_str
 from mpigate.policy.findings import Finding
 from mpigate.policy.shapes import TRAINJOB
@@ -52,7 +53,9 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
     profile = ctx.profile
     if profile is None or profile.mode != "pinned-ports":
         return
-    expected = dict(profile.openmpi_env)
+    implementation = ctx.implementation
+    expected = dict(profile.pinned_env(implementation))
+    label = LABELS[implementation]
     why = (
         f"data classified {ctx.classification.name}"
         if ctx.classification and ctx.classification.network_profile
@@ -68,8 +71,8 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
                 "MPG-NET-002",
                 ctx.shape.mpirun_env,
                 f"{name} is missing; {why} uses the pinned-ports profile, whose NetworkPolicy only opens the "
-                "pinned OpenMPI ports.",
-                "Let mpigate inject the OpenMPI port environment (create the TrainJob again).",
+                f"pinned {label} ports.",
+                f"Let mpigate inject the {label} port environment (create the TrainJob again).",
                 f"{name} missing (pinned-ports profile)",
             )
     if resolution is None:
@@ -82,7 +85,7 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
                 continue
             seen.add(path)
             if _overrides(expected[name], value, var):
-                yield _override(path, name, expected[name], why)
+                yield _override(path, name, expected[name], why, label)
         return
     # An entry is judged once per path (entries that several pods share); whether it is wrong does
     # not depend on its path, so the paths (origin lookups, the costly part) are computed only for
@@ -103,7 +106,7 @@ def check_network(ctx: JobContext) -> Iterator[Finding]:
             if path in seen:
                 continue
             seen.add(path)
-            yield _override(path, env_name, expected[env_name], why)
+            yield _override(path, env_name, expected[env_name], why, label)
 
 
 def _launcher_env(ctx: JobContext) -> dict[str | None, Mapping[str, Any]]:
@@ -119,13 +122,13 @@ def _overrides(expected: str, value: Any, var: Mapping[str, Any]) -> bool:
     return value != expected or "valueFrom" in var
 
 
-def _override(path: str, name: str, expected: str, why: str) -> Finding:
+def _override(path: str, name: str, expected: str, why: str, label: str) -> Finding:
     return Finding(
         "MPG-NET-002",
         path,
         f"overrides {name} (pinned to {expected} by the pinned-ports profile for "
-        f"{why}); OpenMPI "
+        f"{why}); {label} "
         "would listen on ports the NetworkPolicy blocks.",
         f"Remove {name} from the env; mpigate sets it.",
-        f"{name} overrides the pinned OpenMPI ports",
+        f"{name} overrides the pinned {label} ports",
     )
