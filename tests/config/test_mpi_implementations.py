@@ -18,6 +18,7 @@ from mpigate.config.mpienv import (
     parse_pinned_ranges,
     pinned_env,
 )
+from mpigate.controller.reconciler import missing_pinned_env
 from mpigate.policy import apply_patch
 from tests.conftest import TODAY
 from tests.policy.helpers import decide, ids, read
@@ -197,3 +198,15 @@ def test_overriding_intel_s_pinned_range_is_denied(org_tree: Path) -> None:
     assert "MPG-NET-002" in ids(decision)
     assert "overrides I_MPI_PORT_RANGE (pinned to 40200:40210" in decision.message
     assert "Intel MPI would listen on ports the NetworkPolicy blocks" in decision.message
+
+
+def test_the_controller_judges_a_job_by_the_implementation_whose_variables_it_carries() -> None:
+    intel = {name for name, _ in PROFILE.pinned_env("Intel")}
+    assert missing_pinned_env(PROFILE, intel) == []  # before: every OMPI_MCA_* name was "missing"
+    assert missing_pinned_env(PROFILE, intel - {"I_MPI_PORT_RANGE"}) == ["I_MPI_PORT_RANGE"]
+    assert missing_pinned_env(PROFILE, set()) == [name for name, _ in PROFILE.openmpi_env]
+    assert missing_pinned_env(PROFILE, {"UCX_TCP_PORT_RANGE"}) == [
+        "MPIR_CVAR_CH3_PORT_RANGE",
+        "FI_TCP_PORT_LOW_RANGE",
+        "FI_TCP_PORT_HIGH_RANGE",
+    ]

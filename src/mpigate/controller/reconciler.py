@@ -25,13 +25,14 @@ import datetime as dt
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final
 
 from mpigate.admission.kube import KubeError
 from mpigate.audit import AuditError
 from mpigate.config import Config
-from mpigate.config.model import Team
+from mpigate.config.model import NetworkProfile, Team
+from mpigate.config.mpienv import IMPLEMENTATIONS
 
 from .accounting import Accountant, JobState, Key, chargeback_labels
 from .api import ControllerApi, configmap_path, netpol_path
@@ -298,8 +299,8 @@ class Reconciler:
                     trainjob,
                     "Warning",
                     "PinnedPortsEnvMissing",
-                    f"NetworkPolicy {name} opens only the pinned OpenMPI ports, but {where} lacks "
-                    f"{', '.join(missing)}: OpenMPI will use other ports and its traffic will be dropped.",
+                    f"NetworkPolicy {name} opens only the pinned MPI ports, but {where} lacks "
+                    f"{', '.join(missing)}: MPI will use other ports and its traffic will be dropped.",
                 )
 
     def _missing_pinned_env(self, trainjob: Mapping[str, Any], profile_name: str, kind: JobKind) -> list[str]:
@@ -308,7 +309,7 @@ class Reconciler:
             return []
         env = _pinned_env_of(trainjob, kind)
         names = {e.get("name") for e in env if isinstance(e, Mapping)} if isinstance(env, list) else set()
-        return [name for name, _ in profile.openmpi_env if name not in names]
+        return missing_pinned_env(profile, names)
 
     async def _conflict(
         self, trainjob: Mapping[str, Any], name: str, actual: Mapping[str, Any], kind: JobKind
@@ -707,6 +708,15 @@ class Reconciler:
             log.warning("resync of %s %s/%s failed: %s", *key, exc)
             return 1, 1
         return 1, 0
+
+
+def missing_pinned_env(profile: NetworkProfile, names: Collection[object]) -> list[str]:
+    """The pinned-port variables a job's env (``names``) lacks. The job's MPI implementation is
+    its runtime's, which is not read here: the job is judged against the implementation whose
+    variables it carries most of (the webhook injected one set), Open MPI's when it carries none."""
+    wanted = [[n for n, _ in profile.pinned_env(impl)] for impl in IMPLEMENTATIONS]
+    closest = max(wanted, key=lambda candidate: sum(n in names for n in candidate))
+    return [n for n in closest if n not in names]
 
 
 def _pinned_env_of(job: Mapping[str, Any], kind: JobKind) -> Any:
