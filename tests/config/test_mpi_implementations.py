@@ -210,3 +210,26 @@ def test_the_controller_judges_a_job_by_the_implementation_whose_variables_it_ca
         "FI_TCP_PORT_LOW_RANGE",
         "FI_TCP_PORT_HIGH_RANGE",
     ]
+
+
+def test_the_ssh_key_path_of_a_declared_hydra_runtime_is_checked(org_tree: Path) -> None:
+    """Hydra's ssh launcher, like mpirun, runs ssh as the pods' user (UID 1000 here): keys mounted
+    at /root/.ssh are unreadable to it. Before, only runtimes with Trainer's MPI policy were judged."""
+    tree = _tree(org_tree, declared="Intel")
+    runtime = tree / "policies" / "runtimes" / "mpi-hydra.yaml"
+    runtime.write_text(
+        runtime.read_text()
+        + "                      volumeMounts: [{name: ssh, mountPath: /root/.ssh}]\n"
+        + "                  volumes: [{name: ssh, secret: {secretName: mpi-ssh}}]\n"
+    )
+    config = load(tree, revision="test", today=TODAY)
+    decision = decide(config, _phi_job())
+    assert not decision.allowed
+    assert "MPG-RT-002" in ids(decision)
+    assert (
+        "the node pods' node container runs as UID 1000, but the SSH keys are mounted at /root/.ssh "
+        "(only root reads keys there); Hydra's ssh launcher (mpiexec.hydra -launcher ssh) cannot reach "
+        "the workers over SSH." in decision.message
+    )
+    runtime.write_text(runtime.read_text().replace("mountPath: /root/.ssh", "mountPath: /home/mpiuser/.ssh"))
+    assert "MPG-RT-002" not in ids(decide(load(tree, revision="test", today=TODAY), _phi_job()))

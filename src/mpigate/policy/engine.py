@@ -60,6 +60,7 @@ from typing import Any
 from mpigate.catalogue import all_rules
 from mpigate.config import Config, parse_quantity
 from mpigate.config.model import Team
+from mpigate.config.mpienv import Implementation
 from mpigate.trainjob import (
     PreparedRuntime,
     Problem,
@@ -710,7 +711,8 @@ def _trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
     if resolution is not None:
         out += _guarded("MPG-RT-001", lambda: _problem_findings(resolution.problems, ctx.shape))
         root = f"runtime {resolution.runtime_name}: " if ctx.shape is TRAINJOB else ""
-        out += _guarded("MPG-RT-002", lambda: check_mpi_sanity(config, resolution, root, ctx.shape))
+        declared = _declared_implementation(config, ctx.runtime_kind, ctx.runtime_name)
+        out += _guarded("MPG-RT-002", lambda: check_mpi_sanity(config, resolution, root, ctx.shape, declared))
         out += _guarded("MPG-SEC-PRIVILEGED", lambda: check_pod_security(org.security, resolution.jobs))
         if org.security.forbid_plaintext_secrets:
             out += _guarded("MPG-SEC-SECRETS", lambda: check_secrets(resolution.jobs))
@@ -874,6 +876,12 @@ def _runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> Decis
     )
 
 
+def _declared_implementation(config: Config, kind: str, name: str) -> Implementation | None:
+    """The MPI implementation the approved-runtimes entry of runtime ``kind``/``name`` declares."""
+    approval = config.org.runtime_approval(name, kind) if name else None
+    return approval.mpi_implementation if approval is not None else None
+
+
 def _runtime_findings(
     config: Config, request: AdmissionInput, obj: Mapping[str, Any], namespace: str | None, name: str
 ) -> tuple[list[Finding], list[str]]:
@@ -885,7 +893,8 @@ def _runtime_findings(
     out: list[Finding] = []
     out += _guarded("MPG-RT-001", lambda: check_runtime_drift(config, obj, ctx.kind, namespace, name))
     out += _guarded("MPG-RT-001", lambda: _problem_findings(resolution.problems))
-    out += _guarded("MPG-RT-002", lambda: check_mpi_sanity(config, resolution, ""))
+    declared = _declared_implementation(config, ctx.kind, name)
+    out += _guarded("MPG-RT-002", lambda: check_mpi_sanity(config, resolution, "", declared=declared))
     out += _guarded(
         "MPG-SEC-PRIVILEGED", lambda: check_pod_security(org.security, resolution.jobs, pods_note=False)
     )

@@ -7,7 +7,8 @@ from typing import Any
 
 from mpigate.config import Config, thaw
 from mpigate.config.model import Team
-from mpigate.policy.context import as_int, as_mapping
+from mpigate.config.mpienv import Implementation
+from mpigate.policy.context import as_int, as_list, as_mapping, as_str
 from mpigate.policy.findings import Finding
 from mpigate.policy.shapes import TRAINJOB, JobShape
 from mpigate.trainjob import EffectiveJob, Resolution
@@ -168,57 +169,104 @@ def _defaulted(job: EffectiveJob, index: int) -> bool:
 
 
 def check_mpi_sanity(
-    config: Config, resolution: Resolution, root: str, shape: JobShape = TRAINJOB
+    config: Config,
+    resolution: Resolution,
+    root: str,
+    shape: JobShape = TRAINJOB,
+    declared: Implementation | None = None,
 ) -> Iterator[Finding]:
     """MPG-RT-002: allowed MPI implementation; SSH keys mounted where the pods' user looks
-    (``shape``: where the job kind keeps those settings and which jobs and container run MPI)."""
+    (``shape``: where the job kind keeps those settings and which jobs and container run MPI).
+
+    A runtime with Trainer's MPI policy (or an MPIJob) says both itself: its implementation and
+    ``sshAuthMountPath``, where Trainer or the MPI Operator mounts the keys. A runtime without it
+    whose approved-runtimes entry ``declared`` an implementation (Intel MPI or MPICH running
+    ``mpiexec.hydra -launcher ssh`` as a plain command) mounts its keys itself: every ``.../.ssh``
+    volume mount of its containers is judged the same way, since Hydra's ssh launcher, like
+    Open MPI's, runs ssh as the pods' user, which reads the keys in its own home."""
     ml = resolution.ml_policy
-    if ml is None or not ml.mpi:
+    policy = ml is not None and ml.mpi
+    if ml is not None and policy:
+        allowed = config.org.mpi_implementations
+        if ml.mpi_implementation not in allowed:
+            yield Finding(
+                "MPG-RT-002",
+                f"{root}{shape.mpi_implementation}",
+                f"MPI implementation {ml.mpi_implementation} is not allowed ({', '.join(allowed)}).",
+                f"Use mpiImplementation: {allowed[0] if allowed else 'OpenMPI'}.",
+                f"MPI implementation {ml.mpi_implementation} not allowed",
+            )
+    elif declared is None:
         return
-    allowed = config.org.mpi_implementations
-    if ml.mpi_implementation not in allowed:
-        yield Finding(
-            "MPG-RT-002",
-            f"{root}{shape.mpi_implementation}",
-            f"MPI implementation {ml.mpi_implementation} is not allowed ({', '.join(allowed)}).",
-            f"Use mpiImplementation: {allowed[0] if allowed else 'OpenMPI'}.",
-            f"MPI implementation {ml.mpi_implementation} not allowed",
-        )
-    mount = ml.ssh_auth_mount_path
     for job in resolution.jobs:
-        if job.name not in (shape.launcher_job, shape.node_job):
+        if policy and job.name not in (shape.launcher_job, shape.node_job):
             continue
         for list_field, index, container in job.containers():
             if list_field != "containers":
                 continue
-            if (container.get("name") != shape.mpi_container) if shape.mpi_container else index != 0:
+            if ml is not None and policy:
+                if (container.get("name") != shape.mpi_container) if shape.mpi_container else index != 0:
+                    continue
+                mount = ml.ssh_auth_mount_path
+                yield from _ssh_path(
+                    job,
+                    container,
+                    index,
+                    mount,
+                    f"{root}{shape.ssh_auth_mount_path}",
+                    f"sshAuthMountPath is {mount}",
+                    f"{shape.mpi_container or 'first'} container",
+                    "mpirun",
+                )
                 continue
-            uid, non_root, uid_path = _run_as(job, container, index)
-            problem = ""
-            if mount == "/root/.ssh" and uid is not None and uid != 0:
-                problem = (
-                    f"runs as UID {uid}, but sshAuthMountPath is /root/.ssh (only root reads keys there)"
-                )
-            elif mount == "/root/.ssh" and uid is None and non_root and not _defaulted(job, index):
-                problem = (
-                    "must run as non-root, but sshAuthMountPath is /root/.ssh (only root reads keys there)"
-                )
-            elif mount.startswith("/home/") and uid == 0:
-                problem = (
-                    f"runs as root (UID 0), but sshAuthMountPath is {mount}; ssh as root reads /root/.ssh"
-                )
-            if not problem:
-                continue
-            where = job.origin(uid_path) if uid is not None else f"{root}{shape.ssh_auth_mount_path}"
-            fix = (
-                "Mount the keys in the home of the user the pods run as: sshAuthMountPath /home/<user>/.ssh "
-                "for non-root images (mpiuser: /home/mpiuser/.ssh), /root/.ssh only for root images."
-            )
-            yield Finding(
-                "MPG-RT-002",
-                where,
-                f"the {job.name} pods' {shape.mpi_container or 'first'} container {problem}; mpirun cannot "
-                "reach the workers over SSH.",
-                fix,
-                f"{job.name}: {problem}",
-            )
+            for m, volume in enumerate(as_list(container.get("volumeMounts"))):
+                path = as_mapping(volume).get("mountPath")
+                if isinstance(path, str) and path.rstrip("/").endswith("/.ssh"):
+                    mount = path.rstrip("/")
+                    where = job.origin(("spec", "containers", index, "volumeMounts", m, "mountPath"))
+                    yield from _ssh_path(
+                        job,
+                        container,
+                        index,
+                        mount,
+                        where,
+                        f"the SSH keys are mounted at {mount}",
+                        f"{as_str(container.get('name')) or 'first'} container",
+                        "Hydra's ssh launcher (mpiexec.hydra -launcher ssh)",
+                    )
+
+
+def _ssh_path(
+    job: EffectiveJob,
+    container: Mapping[str, Any],
+    index: int,
+    mount: str,
+    mount_path: str,
+    mounted: str,
+    which: str,
+    launcher: str,
+) -> Iterator[Finding]:
+    """MPG-RT-002 when the user ``container`` runs as cannot read the keys at ``mount`` (set at
+    ``mount_path``; ``mounted``, ``which`` container and ``launcher`` say so in the message)."""
+    uid, non_root, uid_path = _run_as(job, container, index)
+    problem = ""
+    if mount == "/root/.ssh" and uid is not None and uid != 0:
+        problem = f"runs as UID {uid}, but {mounted} (only root reads keys there)"
+    elif mount == "/root/.ssh" and uid is None and non_root and not _defaulted(job, index):
+        problem = f"must run as non-root, but {mounted} (only root reads keys there)"
+    elif mount.startswith("/home/") and uid == 0:
+        problem = f"runs as root (UID 0), but {mounted}; ssh as root reads /root/.ssh"
+    if not problem:
+        return
+    where = job.origin(uid_path) if uid is not None else mount_path
+    fix = (
+        "Mount the keys in the home of the user the pods run as: sshAuthMountPath /home/<user>/.ssh "
+        "for non-root images (mpiuser: /home/mpiuser/.ssh), /root/.ssh only for root images."
+    )
+    yield Finding(
+        "MPG-RT-002",
+        where,
+        f"the {job.name} pods' {which} {problem}; {launcher} cannot reach the workers over SSH.",
+        fix,
+        f"{job.name}: {problem}",
+    )
