@@ -187,6 +187,15 @@ def test_the_webhook_injects_the_runtime_s_implementation_s_environment(
     injected = [(e["name"], e["value"]) for e in out["spec"]["trainer"]["env"]]  # type: ignore[index]
     assert injected == list(config.network_profiles["pinned-ports"].pinned_env(implementation))  # type: ignore[arg-type]
     assert not any(name.startswith("OMPI_") for name, _ in injected)
+    # The requester is told how the job runs and what mpigate cannot see (explain and kubectl show it).
+    [note] = [w for w in decision.warnings if "mpiexec.hydra" in w]
+    label = "Intel MPI" if implementation == "Intel" else "MPICH"
+    assert note == (
+        f"{label} runs as plain mpiexec.hydra (Trainer's MPI policy: OpenMPI only); "
+        "TCP ports pinned (mpi-hydra)"
+    )
+    # ... and Open MPI jobs on Trainer's MPI policy are not.
+    assert not [w for w in decide(config, read("trainjobs/phi-pinned.yaml")).warnings if "mpiexec.hydra" in w]
 
 
 def test_overriding_intel_s_pinned_range_is_denied(org_tree: Path) -> None:

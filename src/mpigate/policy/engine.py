@@ -108,7 +108,7 @@ from .prepared import config_gpu_resources, config_image_refs, prepared_runtime
 from .requester import personas_of
 from .rules.image import check_image_ref, check_images
 from .rules.lifecycle import check_lifecycle, check_update_guard, own_patch_entry, same_patch_entry
-from .rules.network import check_network
+from .rules.network import check_network, implementation_note
 from .rules.quota import check_quota
 from .rules.residency import check_residency
 from .rules.runtime import check_managed_by, check_mpi_sanity, check_runtime_approval, check_runtime_drift
@@ -406,6 +406,8 @@ def _trainjob(
     )
     if ctx.resolution is not None:
         notes.extend(p.message for p in ctx.resolution.problems if p.advisory)
+    if request.operation == "CREATE" and (note := implementation_note(ctx)) is not None:
+        notes.append(note)
 
     exceptions = config.exceptions_for(team.name) if team else ()
     return _decide(

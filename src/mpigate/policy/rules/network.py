@@ -12,7 +12,7 @@ from mpigate.policy.findings import Finding
 from mpigate.policy.shapes import TRAINJOB
 from mpigate.trainjob import EffectiveJob
 
-__all__ = ["check_network"]
+__all__ = ["check_network", "implementation_note"]
 
 
 def check_network(ctx: JobContext) -> Iterator[Finding]:
@@ -131,4 +131,22 @@ def _override(path: str, name: str, expected: str, why: str, label: str) -> Find
         "would listen on ports the NetworkPolicy blocks.",
         f"Remove {name} from the env; mpigate sets it.",
         f"{name} overrides the pinned {label} ports",
+    )
+
+
+def implementation_note(ctx: JobContext) -> str | None:
+    """What the requester should know when a ``pinned-ports`` job runs Intel MPI or MPICH from a
+    runtime without Trainer's MPI policy (the OrgPolicy declares the implementation): how it runs,
+    what mpigate pinned, and what it cannot see."""
+    profile = ctx.profile
+    if ctx.team is None or profile is None or profile.mode != "pinned-ports" or not ctx.runtime_name:
+        return None
+    ml = ctx.resolution.ml_policy if ctx.resolution is not None else None
+    implementation = ctx.implementation
+    if implementation == "OpenMPI" or (ml is not None and ml.mpi):
+        return None
+    # A warning holds 120 characters: the runtime's name (any length) comes last.
+    return (
+        f"{LABELS[implementation]} runs as plain mpiexec.hydra (Trainer's MPI policy: OpenMPI only); "
+        f"TCP ports pinned ({ctx.runtime_name})"
     )
