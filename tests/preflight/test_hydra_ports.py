@@ -10,10 +10,15 @@ injects. Without them every one of them listens outside the ranges (so the first
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from click.testing import CliRunner
+
+from mpigate.cli import cli
 from mpigate.config.model import NetworkProfile
 from mpigate.preflight import LocalRun, PreflightSettings, run_local
+from tests.conftest import REPO
 
 from .conftest import MpiInstall
 from .test_mpi_ports import _describe
@@ -181,3 +186,31 @@ def test_pinned_env_across_virtual_pods(hydra_mpi: MpiInstall, pinned: NetworkPr
     ]
     assert cross, _describe(run)
     assert {v.range for v in cross} == {"btl"}
+
+
+def test_cli_runs_intel_mpi_under_its_own_mpiexec(impi_wheel: MpiInstall) -> None:
+    """``mpigate preflight --local --mpi Intel --mpirun ... --python ...`` on a free window."""
+    result = CliRunner().invoke(
+        cli,
+        ["preflight", "--local", "-np", "2", "--config", str(REPO), "--sizes", "8,65536", "--iterations", "3",
+         "--hold", "0.3", "--port-base", "auto", "--mpi", "intel", "--mpirun", impi_wheel.mpirun,
+         "--python", impi_wheel.python, "-o", "json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["ok"] is True and data["command"][0] == impi_wheel.mpirun
+    low, high = data["environment"]["I_MPI_PORT_RANGE"].split(":")
+    assert data["environment"]["FI_TCP_PORT_HIGH_RANGE"] == str(int(low) - 101)  # the profile's layout
+    assert not any(name.startswith("OMPI_") for name in data["environment"])
+    assert data["ports"]["usedPorts"]["btl"] and data["ports"]["ok"] is True
+    assert all(int(low) <= p <= int(high) for p in data["ports"]["usedPorts"]["oob"])
+
+
+@pytest.mark.usefixtures("openmpi")
+def test_cli_refuses_a_python_whose_mpi_is_another() -> None:
+    """This venv's mpi4py loads Debian's Open MPI: asked for MPICH, preflight says so (exit 2)."""
+    result = CliRunner().invoke(
+        cli, ["preflight", "--local", "--mpi", "MPICH", "--config", str(REPO), "--port-base", "auto"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "mpi4py loads Open MPI v4.1" in result.output and result.output.rstrip().endswith("not MPICH")
