@@ -11,6 +11,7 @@ import click
 from mpigate.admission.kube import KubeConfigError
 from mpigate.audit import AuditError
 from mpigate.config import ConfigError, load
+from mpigate.controller.background import DEFAULT_STATE_NAME
 from mpigate.controller.kinds import TRAINJOB, kind_of
 from mpigate.controller.leader import LeaseSettings
 from mpigate.controller.ledger import DEFAULT_LEDGER_NAME
@@ -79,6 +80,13 @@ _PLACEHOLDER_UID = "<uid of the {kind}>"
     help=f"ConfigMap of the run segments still open, so that a job deleted while the controller is down "
     f"is still closed (default: <lease namespace>/{DEFAULT_LEDGER_NAME}); '' keeps none.",
 )
+@click.option(
+    "--audit-state",
+    default=None,
+    metavar="NAMESPACE/NAME",
+    help=f"ConfigMap of the background audit's standing violations, so that a restart neither repeats nor "
+    f"loses them (default: <lease namespace>/{DEFAULT_STATE_NAME}); '' keeps them in memory only.",
+)
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
@@ -106,6 +114,7 @@ def controller_command(
     resync: float,
     kueue_config: str,
     ledger: str | None,
+    audit_state: str | None,
     log_format: str,
     log_level: str,
     print_netpol: Path | None,
@@ -144,6 +153,11 @@ def controller_command(
     ledger_namespace, _, ledger_name = ledger.partition("/")
     if (ledger and not (ledger_namespace and ledger_name)) or "/" in ledger_name:
         raise click.BadParameter(f"{ledger!r}: expected NAMESPACE/NAME", param_hint="--ledger")
+    if audit_state is None:
+        audit_state = f"{lease_namespace}/{DEFAULT_STATE_NAME}"
+    state_namespace, _, state_name = audit_state.partition("/")
+    if (audit_state and not (state_namespace and state_name)) or "/" in state_name:
+        raise click.BadParameter(f"{audit_state!r}: expected NAMESPACE/NAME", param_hint="--audit-state")
     options = ControllerOptions(
         config_path=config_path,
         kube=kube,
@@ -157,6 +171,7 @@ def controller_command(
         resync_seconds=max(resync, 10.0),
         kueue_config=kueue_config or None,
         ledger=ledger or None,
+        audit_state=audit_state or None,
     )
     try:
         code = asyncio.run(run_controller(options))

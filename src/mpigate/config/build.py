@@ -16,7 +16,10 @@ from .crossfile.customrules import resolved_spec
 from .crossfile.library import enabled_library, library_spec
 from .frozen import freeze
 from .model import (
+    REPORT_APIS,
+    AuditAction,
     AuditSettings,
+    BackgroundAudit,
     Config,
     CustomRule,
     DataClassification,
@@ -150,6 +153,7 @@ def _org(entry: Entry) -> OrgPolicy:
             {k: cast(Mode, v) for k, v in spec["enforcement"]["overrides"].items()},
         ),
         source=_loc(entry),
+        background_audit=_background_audit(spec["backgroundAudit"]),
         updates=UpdatePolicy(
             tuple(
                 LabelChangeGrant(
@@ -414,4 +418,16 @@ def build_config(
         custom_rules=custom_rules,
         _team_by_namespace=_ro(team_by_namespace),
         _exceptions_by_team=_ro({k: tuple(v) for k, v in by_team.items()}),
+    )
+
+
+def _background_audit(raw: Mapping[str, Any]) -> BackgroundAudit:
+    reports = raw["reports"]
+    apis = REPORT_APIS if reports == "both" else () if reports == "none" else (reports,)
+    return BackgroundAudit(
+        enabled=raw["enabled"],
+        interval_seconds=parse_duration(raw["interval"]),
+        report_apis=apis,
+        max_results_per_report=raw["maxResultsPerReport"],
+        actions=_ro({k: cast(AuditAction, v) for k, v in raw["actions"].items()}),
     )

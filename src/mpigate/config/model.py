@@ -157,6 +157,12 @@ class AuditSettings:
     retention_max_age_seconds: int | None = None
 
 
+def _pattern_rank(pattern: str, exact: bool) -> tuple[int, int]:
+    """How specific a rule pattern is: an exact ID beats a prefix, a longer prefix a shorter one, a
+    prefix a glob."""
+    return (2 if exact else (0 if any(c in pattern for c in "*?[") else 1), len(pattern))
+
+
 @dataclass(frozen=True, slots=True)
 class Enforcement:
     """Mode per rule: the most specific override wins (exact ID > longer prefix > glob).
@@ -176,8 +182,7 @@ class Enforcement:
                 resolved[info.id] = "warn"
         specificity: dict[str, tuple[int, int]] = {}
         for pattern, mode in overrides.items():
-            exact = pattern in rule_ids()
-            rank = (2 if exact else (0 if any(c in pattern for c in "*?[") else 1), len(pattern))
+            rank = _pattern_rank(pattern, pattern in rule_ids())
             for rule_id in expand_rule_pattern(pattern):
                 if rule_id not in specificity or rank > specificity[rule_id]:
                     specificity[rule_id] = rank
@@ -187,6 +192,34 @@ class Enforcement:
 
     def mode_for(self, rule_id: str) -> Mode:
         return self._resolved.get(rule_id, self.default)
+
+
+AuditAction = Literal["report", "event", "suspend"]
+REPORT_APIS: tuple[str, ...] = ("wgpolicyk8s.io/v1alpha2", "openreports.io/v1alpha1")
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundAudit:
+    """OrgPolicy ``spec.backgroundAudit``: the controller's re-evaluation of what runs
+    (docs/controller.md, "Background audit"). ``actions`` maps rule patterns (as enforcement
+    overrides: the most specific wins) to what a standing violation does besides being reported."""
+
+    enabled: bool = True
+    interval_seconds: int = 3600
+    report_apis: tuple[str, ...] = (REPORT_APIS[0],)
+    max_results_per_report: int = 500
+    actions: Mapping[str, AuditAction] = field(default_factory=_empty)
+
+    def action_for(self, rule_id: str) -> AuditAction:
+        """The action of ``rule_id`` (``report`` unless a pattern names it)."""
+        best: tuple[tuple[int, int], AuditAction] | None = None
+        for pattern, action in self.actions.items():
+            if not expand_rule_pattern(pattern, (rule_id,)):
+                continue
+            rank = _pattern_rank(pattern, pattern == rule_id)
+            if best is None or rank > best[0]:
+                best = (rank, action)
+        return best[1] if best is not None else "report"
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +238,7 @@ class OrgPolicy:
     enforcement: Enforcement
     source: Location
     updates: UpdatePolicy = field(default_factory=UpdatePolicy)
+    background_audit: BackgroundAudit = field(default_factory=BackgroundAudit)
 
     def runtime_approval(self, name: str, kind: str) -> RuntimeApproval | None:
         for approval in self.runtimes:
@@ -405,15 +439,20 @@ class PolicyException:
         username: str = "",
         groups: tuple[str, ...] = (),
         personas: frozenset[str] = frozenset(),
+        *,
+        requester_known: bool = True,
     ) -> bool:
         """Whether the exception covers a job. The requester (``username``, ``groups`` and the
         ``personas`` they hold in the team) decides who benefits; name globs and labels only
-        narrow, since the job's author chooses them."""
+        narrow, since the job's author chooses them. ``requester_known=False``: the job exists
+        already and whoever submitted it is not known (the background audit): an exception that
+        names its requesters is taken to cover it — admission checked the requester."""
         if self.namespaces is not None and namespace not in self.namespaces:
             return False
         if self.requested_by is not None:
             users, by_groups, by_personas = self.requested_by
-            if not (username in users or any(g in by_groups for g in groups) or personas & by_personas):
+            named = username in users or any(g in by_groups for g in groups) or bool(personas & by_personas)
+            if requester_known and not named:
                 return False
         elif self.tenant_chosen_only:
             return False

@@ -153,6 +153,14 @@ class ControllerApi:
     async def create(self, collection: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self.client.request("POST", collection, body=body)
 
+    async def delete(self, path: str) -> None:
+        """Delete the object at ``path`` (gone already: nothing to do)."""
+        try:
+            await self.client.request("DELETE", path)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         return await self.client.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
 

@@ -117,3 +117,45 @@ class ControllerMetrics:
             registry=r,
         )
         self.config = Info("mpigate_controller_config", "The config revision in use.", registry=r)
+        # the background audit (controller/background.py)
+        self.standing_violations = Gauge(
+            "mpigate_controller_standing_violations",
+            "Violations of the policy in force by objects in the cluster, found by the background audit, "
+            "by rule, team and the action configured for the rule (report, event, suspend).",
+            ["rule", "team", "action"],
+            registry=r,
+        )
+        self.audit_passes = Counter(
+            "mpigate_controller_audit_passes",
+            "Background audit passes, by what started them (start, config, interval, exception-expired) "
+            "and result (done, error).",
+            ["reason", "result"],
+            registry=r,
+        )
+        self.audit_pass_seconds = Gauge(
+            "mpigate_controller_audit_pass_seconds",
+            "How long the last background audit pass took.",
+            registry=r,
+        )
+        self.audit_objects = Gauge(
+            "mpigate_controller_audit_objects",
+            "Jobs and runtimes the last background audit pass judged.",
+            registry=r,
+        )
+        self.audit_suspensions = Counter(
+            "mpigate_controller_audit_suspensions",
+            "Queued jobs kept from admission (their Kueue Workload deactivated) by the background audit.",
+            registry=r,
+        )
+        self.report_writes = Counter(
+            "mpigate_controller_report_writes",
+            "Policy reports written, by API and result (written, error, unavailable: the API is not served).",
+            ["api", "result"],
+            registry=r,
+        )
+        self.report_results_omitted = Gauge(
+            "mpigate_controller_report_results_omitted",
+            "Results left out of the policy reports by maxResultsPerReport in the last pass (the summary "
+            "counts them; the audit trail and the gauge keep them).",
+            registry=r,
+        )

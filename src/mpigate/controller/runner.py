@@ -34,6 +34,7 @@ from mpigate.audit.shipping import AuditShipping, shipping_for
 from mpigate.config import Config
 
 from .api import ControllerApi
+from .background import DEFAULT_STATE_NAME, BackgroundAuditor, interval_wait
 from .events import EventPoster
 from .handlers import build_registry, build_settings
 from .jobstate import Sealer
@@ -85,6 +86,12 @@ class ControllerOptions:
     #: while the controller is down then gets no closing record).
     ledger: str | None = f"mpigate-system/{DEFAULT_LEDGER_NAME}"
     ledger_seconds: float = 30.0
+    #: ``namespace/name`` of the ConfigMap of the background audit's standing violations
+    #: (controller/background.py); None: kept in memory only (a restart reports them as new).
+    audit_state: str | None = f"mpigate-system/{DEFAULT_STATE_NAME}"
+    #: The first background audit pass waits this long after the start (or for a new revision):
+    #: kopf's initial listing and the reconciler's first look at every job come first.
+    audit_delay_seconds: float = 60.0
 
 
 def connection_info(kube: KubeConfig) -> kopf.ConnectionInfo:
@@ -335,13 +342,50 @@ class _KopfThread(threading.Thread):
             ledger=ledger,
         )
 
+        state = None
+        if options.audit_state:
+            state_namespace, _, state_name = options.audit_state.partition("/")
+            state = (state_namespace, state_name)
+        auditor = BackgroundAuditor(
+            config=current_config,
+            api=api,
+            recorder=self.recorder,
+            metrics=metrics,
+            events=reconciler.events,
+            clock=lambda: dt.datetime.now(dt.UTC),
+            kinds=tuple(reconciler.kinds.values()),
+            namespace_label=options.namespace_label,
+            state=state,
+        )
+        new_revision = asyncio.Event()
+
         async def reload() -> None:
             changed = await store.poll()
             if changed is False:
                 metrics.config_reload_failures.inc()
             elif changed and store.current is not None:
                 metrics.config.info({"revision": store.current.revision})
+                new_revision.set()  # the background audit judges everything again
                 await reconciler.resync()  # egress lists, profiles or teams may have changed
+
+        async def audit() -> None:
+            """Background audit passes: at start, on a new revision, when an exception expires and
+            every spec.backgroundAudit.interval (controller/background.py)."""
+            reason = "start"
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(new_revision.wait(), timeout=options.audit_delay_seconds)
+            while True:
+                new_revision.clear()
+                try:
+                    await auditor.run_pass(reason)
+                except Exception:  # logged and counted; the next pass tries again
+                    log.exception("background audit pass (%s) failed", reason)
+                wait, reason = interval_wait(current_config(), dt.datetime.now(dt.UTC))
+                try:
+                    await asyncio.wait_for(new_revision.wait(), timeout=wait)
+                    reason = "config"
+                except TimeoutError:
+                    pass
 
         async def resync() -> None:
             jobs, failures = await reconciler.resync()
@@ -364,6 +408,7 @@ class _KopfThread(threading.Thread):
         background = [
             asyncio.create_task(_every(options.reload_seconds, reload, "config reload"), name="reload"),
             asyncio.create_task(_every(options.resync_seconds, resync, "resync"), name="resync"),
+            asyncio.create_task(audit(), name="background-audit"),
         ]
         if ledger is not None:
             background.append(

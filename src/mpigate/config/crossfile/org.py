@@ -43,6 +43,25 @@ def check_org(c: Collector, tree: Tree) -> None:
                 "ref.rule",
                 did_you_mean(pattern, tree.rule_ids),
             )
+    background = spec["backgroundAudit"]
+    for pattern in background["actions"]:
+        if not expand_rule_pattern(pattern, tree.rule_ids):
+            c.error(
+                org,
+                ["spec", "backgroundAudit", "actions", pattern],
+                f"{pattern!r} names no rule",
+                "ref.rule",
+                did_you_mean(pattern, tree.rule_ids),
+            )
+    if parse_duration(background["interval"]) < 60:
+        c.error(
+            org,
+            ["spec", "backgroundAudit", "interval"],
+            f"interval {background['interval']} is shorter than 1m",
+            "value.duration",
+            "a pass judges every job in the cluster: give it at least 1m (new revisions and expiring "
+            "exceptions start one at once anyway)",
+        )
     life = spec["lifecycle"]
     if (
         "maxRuntime" in life
