@@ -12,6 +12,11 @@ Each measurement runs in a fresh process (peak RSS is per process):
 One job in ten is in a namespace of no team, and for every 20 TrainJobs a team runs a JobSet of its
 own (4 pods, no TrainJob): what a shared cluster shows the controller's watches.
 
+Then the background audit (``controller/background.py``) over the same jobs, each measurement in a
+fresh process: one full pass (nothing violates), a pass after one rule changed (nlp-team's GPU quota
+cut below every job's demand: every job now violates MPG-Q001), and a pass with nothing changed —
+time, API requests by verb, reports written, audit records and the process's peak RSS.
+
 Run: ``.venv/bin/python benchmarks/controller_scale.py [--jobs 1000,10000]``.
 """
 
@@ -23,6 +28,7 @@ import copy
 import datetime as dt
 import json
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -32,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from mpigate.admission.kube import KubeError
 
 ROOT = Path(__file__).resolve().parent.parent
 PODS_PER_JOB = 4
@@ -178,6 +186,24 @@ class FakeApi:
         self.namespaces = namespaces
         self.annotations: dict[str, dict[str, Any]] = {}
         self.requests: Counter[str] = Counter()
+        self.reports: set[str] = set()
+        self.cluster_queue: dict[str, Any] = {
+            "metadata": {"name": "nlp-team"},
+            "spec": {
+                "resourceGroups": [
+                    {
+                        "flavors": [
+                            {"name": "a100-eu", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 16}]}
+                        ]
+                    }
+                ]
+            },
+            "status": {
+                "flavorsReservation": [
+                    {"name": "a100-eu", "resources": [{"name": "nvidia.com/gpu", "total": 8}]}
+                ]
+            },
+        }
 
     def namespace(self, i: int) -> str:
         """One job in ten is in a namespace of no team (a cluster runs more than mpigate's teams)."""
@@ -193,6 +219,10 @@ class FakeApi:
 
     async def get(self, path: str) -> dict[str, Any] | None:
         self.requests["get"] += 1
+        if path.endswith("/localqueues/nlp-team"):
+            return {"spec": {"clusterQueue": "nlp-team"}}
+        if path.endswith("/clusterqueues/nlp-team"):
+            return self.cluster_queue
         if "/trainjobs/" in path:
             return self.job(self._index(path.rsplit("/", 1)[1]))
         return None  # NetworkPolicies, ConfigMaps: none yet
@@ -212,6 +242,10 @@ class FakeApi:
     async def pages(
         self, path: str, *, limit: int = 500, label_selector: str | None = None
     ) -> AsyncIterator[list[dict[str, Any]]]:
+        if not path.endswith("/trainjobs"):  # runtimes, reports: none
+            self.requests["list"] += 1
+            yield []
+            return
         for start in range(0, self.count, limit):
             self.requests["list"] += 1
             yield [self.job(i) for i in range(start, min(self.count, start + limit))]
@@ -220,8 +254,14 @@ class FakeApi:
         self.requests["create"] += 1
         return dict(body)
 
+    async def delete(self, path: str) -> None:
+        self.requests["delete"] += 1
+
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         self.requests["patch"] += 1
+        if "/policyreports/" in path and path not in self.reports:
+            self.reports.add(path)
+            raise KubeError(f"PATCH {path}: HTTP 404", status=404)  # created at the first write
         name = path.rsplit("/", 1)[1]
         if "/trainjobs/" in path:
             mine = self.annotations.setdefault(name, {})
@@ -256,6 +296,67 @@ class CountingRecorder:
 
     async def close(self) -> None:
         return None
+
+
+async def _audit_child(jobs: int) -> dict[str, Any]:
+    """Three background audit passes over ``jobs`` jobs (see the module docstring)."""
+    import tempfile
+
+    from mpigate.config import load
+    from mpigate.controller.background import BackgroundAuditor
+    from mpigate.controller.events import EventPoster
+    from mpigate.controller.metrics import ControllerMetrics
+    from mpigate.policy import AdmissionInput, apply_patch, evaluate
+
+    org = Path(tempfile.mkdtemp(prefix="mpigate-bench-"))
+    for part in ("policies", "quotas", "rbac", "networkpolicies"):
+        shutil.copytree(ROOT / part, org / part, ignore=shutil.ignore_patterns("tests"))
+    holder = {"config": load(org, today=NOW.date())}
+    api = FakeApi(jobs, ["nlp-team"])
+    # the jobs as admission stored them: mpigate's mutation applied
+    template = api.template
+    request = AdmissionInput(
+        operation="CREATE", kind="TrainJob", namespace="nlp-team", name="t", obj=template
+    )
+    api.template = apply_patch(template, list(evaluate(holder["config"], request, None, NOW).patch))
+    metrics = ControllerMetrics()
+    recorder = CountingRecorder()
+    auditor = BackgroundAuditor(
+        config=lambda: holder["config"],
+        api=api,  # type: ignore[arg-type]
+        recorder=recorder,
+        metrics=metrics,
+        events=EventPoster(api, metrics, "bench"),  # type: ignore[arg-type]
+        clock=lambda: NOW,
+        state=("mpigate-system", "mpigate-controller-audit"),
+    )
+    out: dict[str, Any] = {"jobs": jobs}
+    for step in ("first", "one rule changed", "nothing changed"):
+        if step == "one rule changed":
+            quota = org / "quotas" / "nlp-team.yaml"
+            quota.write_text(
+                quota.read_text().replace(
+                    "a100-eu: {nominal: 16, borrowingLimit: 0, lendingLimit: 4}",
+                    "a100-eu: {nominal: 2, borrowingLimit: 0, lendingLimit: 0}",
+                    1,
+                )
+            )
+            holder["config"] = load(org, today=NOW.date())
+        api.requests.clear()
+        records = recorder.records
+        done = await auditor.run_pass(step)
+        assert done is not None
+        out[step] = {
+            "seconds": round(done.seconds, 2),
+            "judged": done.objects,
+            "opened": done.opened,
+            "reports": done.reports_written,
+            "records": recorder.records - records,
+            "requests": dict(api.requests),
+        }
+    out["rss_peak"] = round(maxrss_mib(), 1)
+    shutil.rmtree(org)
+    return out
 
 
 def maxrss_mib() -> float:
@@ -341,7 +442,10 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, metavar=("MODE", "JOBS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(asyncio.run(_child(args.child[0], int(args.child[1])))))
+        if args.child[0] == "audit":
+            print(json.dumps(asyncio.run(_audit_child(int(args.child[1])))))
+        else:
+            print(json.dumps(asyncio.run(_child(args.child[0], int(args.child[1])))))
         return
     sizes = [int(n) for n in args.jobs.split(",")]
     idle = measure("idle", 0)
@@ -355,6 +459,20 @@ def main() -> None:
             print(
                 f"{n:>7} {n * PODS_PER_JOB:>7} {mode:<12} {m['rss_peak']:>13.0f} {over:>10.0f} "
                 f"{over * 1024 / n:>12.1f} {m['seconds']:>6}"
+            )
+
+    print()
+    print("background audit: 9 of 10 jobs in nlp-team (judged), 1 in 10 in a namespace of no team (skipped)")
+    header2 = ("jobs", "pass", "s", "judged", "new", "reports", "records", "API requests", "peak RSS MiB")
+    print("{:>7} {:<17} {:>7} {:>7} {:>6} {:>8} {:>8}  {:<34} {:>12}".format(*header2))
+    for n in sizes:
+        m = measure("audit", n)
+        for step in ("first", "one rule changed", "nothing changed"):
+            p = m[step]
+            calls = ", ".join(f"{k} {v}" for k, v in sorted(p["requests"].items()))
+            print(
+                f"{n:>7} {step:<17} {p['seconds']:>7} {p['judged']:>7} {p['opened']:>6} {p['reports']:>8} "
+                f"{p['records']:>8}  {calls:<34} {m['rss_peak']:>12.0f}"
             )
 
 

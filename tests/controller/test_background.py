@@ -357,3 +357,41 @@ def test_the_most_specific_action_pattern_wins(org: Org) -> None:
     sec = next(r for r in all_rules() if r.startswith("MPG-SEC-"))
     assert settings.action_for(sec) == "event"
     assert settings.action_for("MPG-IMG-001") == "report"
+
+
+async def test_the_report_shows_standing_violations_at_period_end_and_when_resolved(
+    org: Org, client: KubeClient, kmock: kmock_lib.KubernetesEmulator
+) -> None:
+    from mpigate.audit import AuditEntry
+    from mpigate.report import ReportBuilder, ReportOptions
+
+    recorder = FlakyRecorder()
+    clock = {"now": NOW}
+    a = auditor(org, client, recorder, clock=lambda: clock["now"])
+    a_job(kmock, org, "big")
+    org.edit(*CUT)
+    await a.run_pass("config")  # found on the 22nd
+    clock["now"] = NOW + dt.timedelta(days=3)
+    org.edit(CUT[0], CUT[2], CUT[1])
+    await a.run_pass("config")  # resolved on the 25th
+
+    def section(since: str | None, until: str | None) -> Any:
+        builder = ReportBuilder(ReportOptions(since=since, until=until))
+        for seq, entry in enumerate(recorder.records):
+            at = entry["evidence"]["details"]["at"].replace("Z", ".000Z")
+            builder.add_entry(AuditEntry("controller", seq, at, entry["stage"], "f", seq, entry, b""))
+        return builder.finish()["standingViolations"]
+
+    # a period ending on the 24th: found before it began, standing at its end
+    mid = section("2026-11-23T00:00:00.000Z", "2026-11-24T00:00:00.000Z")
+    assert mid["atPeriodEnd"] == 1 and mid["openedInPeriod"] == 0 and mid["resolvedInPeriod"] == 0
+    [standing] = mid["standing"]
+    assert (standing["name"], standing["rule"], standing["opened"]) == (
+        "big",
+        "MPG-Q001",
+        "2026-11-22T12:00:00.000Z",
+    )
+    # the whole time: resolved on the 25th, nothing standing
+    whole = section(None, None)
+    assert whole["atPeriodEnd"] == 0 and whole["resolvedInPeriod"] == 1
+    assert whole["resolved"][0]["resolved"] == "2026-11-25T12:00:00.000Z"

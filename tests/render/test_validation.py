@@ -55,7 +55,7 @@ def test_install_base_validates() -> None:
     objects = read_objects(REPO / "webhooks")
     problems, methods = _findings(objects, None)
     assert problems == []
-    assert methods == {"kubernetes": 20, "structural": 4}  # with the ledger Role and RoleBinding
+    assert methods == {"kubernetes": 24, "structural": 4}  # with the ledger and audit Roles and bindings
 
 
 @pytest.mark.upstream

@@ -19,7 +19,7 @@ from .scenario import SCRIPT_MESSAGE
 
 SECTIONS = [
     "summary", "integrity", "revisions", "controls", "api-events", "decisions", "denials", "security",
-    "activity", "rbac", "exceptions", "residency", "images", "chargeback", "sample", "method",
+    "activity", "rbac", "exceptions", "residency", "standing", "images", "chargeback", "sample", "method",
 ]  # fmt: skip
 
 

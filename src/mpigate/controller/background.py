@@ -37,11 +37,10 @@ import datetime as dt
 import gzip
 import json
 import logging
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from mpigate.admission.kube import KubeError
@@ -115,7 +114,6 @@ class AuditPass:
     reports_written: int = 0
     reports_deleted: int = 0
     seconds: float = 0.0
-    by_namespace: dict[str, int] = field(default_factory=dict)
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -343,7 +341,6 @@ class BackgroundAuditor:
         )
         builder = reports.setdefault(namespace, ReportBuilder(namespace, settings.max_results_per_report))
         builder.add(self._results(ref, kind.api_version, self.standing.get(ref, {})))
-        done.by_namespace[namespace] = done.by_namespace.get(namespace, 0) + 1
 
     async def _judge_runtime(
         self,
@@ -745,4 +742,4 @@ def interval_wait(config: Config | None, now: dt.datetime) -> tuple[float, str]:
         until = (expiry - now).total_seconds()
         if until < wait:
             wait, reason = max(until, 0.0) + 1.0, "exception-expired"
-    return (wait if math.isfinite(wait) else 3600.0), reason
+    return wait, reason

@@ -41,6 +41,7 @@ from .outside import OutsideEvents, PssTimeline
 from .residency import Residency
 from .revisions import Revisions
 from .sampling import Sampler
+from .standing import StandingViolations
 
 __all__ = ["COST_CENTER_LABEL", "OUTCOMES", "REPORT_API_VERSION", "ReportBuilder", "ReportOptions"]
 
@@ -75,6 +76,7 @@ class ReportBuilder:
         self.activity = Activity(opts.max_keys, opts.max_events)
         self.api_server = ApiServerEvents(opts.max_keys, opts.max_examples)
         self.residency = Residency(opts.team_regions, opts.max_examples, opts.max_keys)
+        self.standing = StandingViolations(opts.since, opts.max_keys, opts.max_events)
         self.chargeback = Chargeback(opts.since, opts.until, opts.max_events)
         self.revisions = Revisions(opts.since, opts.max_keys)
         self.images = ImageInventory(opts.max_keys)
@@ -124,8 +126,16 @@ class ReportBuilder:
         in_period = (since is None or time >= since) and (until is None or time < until)
         if stage == "evidence":
             evidence = record.get("evidence")
-            if type(evidence) is dict and evidence.get("kind") == "config":
+            kind = evidence.get("kind") if type(evidence) is dict else None
+            if kind == "config":
                 self.revisions.add_config(record, time, chain, in_period)
+            elif (
+                kind == "standing-violation"
+                and (until is None or time < until)
+                and (self._team is None or record.get("team") == self._team)
+            ):
+                # found before the period, it may still stand at its end
+                self.standing.add(record, time)
         if not in_period:
             if stage == "lifecycle" and (self._team is None or record.get("team") == self._team):
                 # a segment closed before or after the period may have run in it (by its usage)
@@ -290,6 +300,7 @@ class ReportBuilder:
         self.activity.merge(later.activity)
         self.api_server.merge(later.api_server)
         self.residency.merge(later.residency)
+        self.standing.merge(later.standing)
         self.chargeback.merge(later.chargeback)
         self.revisions.merge(later.revisions)
         self.images.merge(later.images)
@@ -435,6 +446,7 @@ class ReportBuilder:
             "apiServerEvents": self._api_server_events(k8s),
             "exceptions": decisions.exceptions_section(),
             "residency": self.residency.section(opts.max_events),
+            "standingViolations": self.standing.section(),
             "security": decisions.security_section(rules),
             "imageInventory": self.images.section(),
             "chargeback": self.chargeback.section(days),

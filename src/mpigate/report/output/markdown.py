@@ -59,6 +59,7 @@ def render_markdown(report: Mapping[str, Any], *, max_rows: int = 50) -> str:
     _md_refusals(out, report, max_rows)
     _md_exceptions(out, report, max_rows)
     _md_residency(out, report, max_rows)
+    _md_standing(out, report, max_rows)
     _md_images(out, report, max_rows)
     _md_chargeback(out, report, max_rows)
     _md_sample(out, report, max_rows)
@@ -526,6 +527,45 @@ def _md_residency(out: list[str], report: Mapping[str, Any], max_rows: int) -> N
     ]
     if rows:
         _md_rows(out, ["Time", "Team", "Job", "Node", "Region", "Record"], rows, max_rows, "placements")
+    # standing violations
+
+
+def _md_standing(out: list[str], report: Mapping[str, Any], max_rows: int) -> None:
+    """Standing violations (the controller's background audit)."""
+    out.append("### Standing violations")
+    out.append("")
+    sv = report["standingViolations"]
+    out.append(
+        f"{_num(sv['atPeriodEnd'])} standing at the period's end, {_num(sv['openedInPeriod'])} found and "
+        f"{_num(sv['resolvedInPeriod'])} resolved in the period."
+    )
+    out.append("")
+    rows = [
+        [
+            s["opened"],
+            s["team"] or "–",
+            f"{s['namespace'] or ''}/{s['name']}",
+            s["rule"],
+            s["action"] or "–",
+            s["expiredException"] or "–",
+            s["message"] or "",
+        ]
+        for s in sv["standing"]
+    ]
+    if rows:
+        _md_rows(
+            out,
+            ["Since", "Team", "Object", "Rule", "Action", "Expired exception", "Message"],
+            rows,
+            max_rows,
+            "standing",
+        )
+    rows = [
+        [s["opened"], s["resolved"], s["team"] or "–", f"{s['namespace'] or ''}/{s['name']}", s["rule"]]
+        for s in sv["resolved"]
+    ]
+    if rows:
+        _md_rows(out, ["Found", "Resolved", "Team", "Object", "Rule"], rows, max_rows, "resolved")
     # images
 
 
