@@ -82,17 +82,20 @@ def test_pinned_env_confines_every_port(hydra_mpi: MpiInstall, pinned: NetworkPr
     rank_pids = {r.pid for r in run.report.ranks}  # type: ignore[union-attr]
     data = {v.socket.pid for v in listeners if v.socket.pid in rank_pids and v.range == "btl"}
     assert data == rank_pids, _describe(run)
-    # Hydra's own listener: MPICH's mpiexec reads MPIR_CVAR_CH3_PORT_RANGE first (the data range);
-    # Intel MPI's hydra_pmi_proxy reads I_MPI_PORT_RANGE (the daemon range).
+    # Hydra's own sockets: MPICH's mpiexec reads MPIR_CVAR_CH3_PORT_RANGE first (the data range);
+    # Intel MPI's mpiexec.hydra and hydra_pmi_proxy read I_MPI_PORT_RANGE (the daemon range). Every
+    # one the watcher saw is in its implementation's range. Whether it sees one at all is sampling
+    # luck (Hydra's control listener may be open only while the proxies connect; on a loaded machine
+    # the first sample can come later: seen missed in 2 of ~20 runs), so seeing none is not a
+    # failure; test_pinned_env_across_virtual_pods proves the control port through the proxies'
+    # connections, which last the whole run.
+    expected = "btl" if hydra_mpi.implementation == "MPICH" else "oob"
     hydra = {
         (v.socket.process, v.range)
         for v in listeners
         if v.socket.process in ("mpiexec.hydra", "hydra_pmi_proxy")
     }
-    if hydra_mpi.implementation == "MPICH":
-        assert ("mpiexec.hydra", "btl") in hydra or ("hydra_pmi_proxy", "btl") in hydra, _describe(run)
-    else:
-        assert ("hydra_pmi_proxy", "oob") in hydra, _describe(run)
+    assert {rng for _, rng in hydra} <= {expected}, _describe(run)
     # The ranks really talked TCP over the network address, to data ports, IPv4.
     connections = [v for v in conf.select("connection", "network") if v.socket.pid in rank_pids]
     assert len(connections) >= 6, _describe(run)
