@@ -65,6 +65,8 @@ def test_the_ranges_a_rank_reads_back_are_the_profile_s() -> None:
         (["mpiexec.mpich", "-n", "2", "a.out"], ["MPIR_CVAR_NOLOCAL"], [{"MPICH"}, {"MPICH", "Intel"}]),
         (["/opt/intel/oneapi/mpi/latest/bin/mpirun", "-n", "2"], [], [{"Intel"}]),
         (["python", "train.py"], ["NCCL_DEBUG"], []),  # cannot be seen
+        (["mpiexec", "-bind-to", "core", "-n", "2", "a.out"], [], []),  # Hydra's option, not Open MPI's
+        (["mpirun", "--bind-to", "none", "-np", "2", "a.out"], [], [{"OpenMPI"}]),
     ],
 )
 def test_what_a_launcher_shows(command: list[str], env: list[str], says: list[set[str]]) -> None:

@@ -183,8 +183,9 @@ _ENV_PREFIXES: Final[tuple[tuple[str, frozenset[Implementation]], ...]] = (
     ("MPIR_CVAR_", _HYDRA),
     ("HYDRA_", _HYDRA),
 )
-# Options only Open MPI's mpirun takes (Hydra's are single-dash words: -n, -f, -launcher, -genv).
-_OPENMPI_OPTIONS: Final = re.compile(r"^--?(mca|oversubscribe|allow-run-as-root|map-by|bind-to|x)$")
+# Options only Open MPI's mpirun takes. Hydra's are single-dash words (-n, -f, -launcher, -genv) and
+# include -bind-to and -map-by, which Open MPI spells --bind-to and --map-by.
+_OPENMPI_OPTIONS: Final = re.compile(r"^(--?(mca|oversubscribe|allow-run-as-root|x)|--(map-by|bind-to))$")
 
 
 def _words(command: Iterable[str]) -> list[str]:
