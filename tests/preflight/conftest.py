@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -114,47 +112,36 @@ class MpiInstall:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
+def wheel_venv_steps(venv: Path, requirements: tuple[str, ...], repo: Path = REPO) -> list[list[str]]:
+    """The commands that make a venv with mpigate[mpi] (editable) and ``requirements``."""
+    python = str(venv / "bin" / "python")
+    return [
+        [sys.executable, "-m", "venv", str(venv)],
+        [python, "-m", "pip", "install", "-q", "-c", str(repo / "constraints.txt"), "-e", f"{repo}[mpi]"],
+        [python, "-m", "pip", "install", "-q", *requirements],
+    ]
+
+
 def wheel_venv(name: str, requirements: tuple[str, ...]) -> Path:
-    """build/<name>: a venv with mpigate[mpi] (editable) and ``requirements``, rebuilt whenever
-    what builds it changes (the requirements, constraints.txt, pyproject.toml: the stamp is their
-    hash). Two test runs at once build it once (a lock next to it). Skips (fails in CI) with pip's
-    last line when it cannot be built."""
+    """build/<name>: a venv with mpigate[mpi] (editable) and ``requirements``, made again whenever
+    what builds it changes (tests.buildcache: pyproject.toml, constraints.txt, the commands with the
+    wheels' pins, the Python), as the openmpi5 fixture's. Two test runs at once build it once (a
+    lock next to it). Skips (fails in CI) with pip's last line when it cannot be built."""
     venv = REPO / "build" / name
-    digest = hashlib.sha256()
-    for part in (
-        *requirements,
-        (REPO / "constraints.txt").read_text(),
-        (REPO / "pyproject.toml").read_text(),
-    ):
-        digest.update(part.encode() + b"\0")
-    stamp = venv / f".mpigate-{digest.hexdigest()[:16]}"
+    steps = wheel_venv_steps(venv, requirements)
+    key = build_key([REPO / "pyproject.toml", REPO / "constraints.txt"], *(" ".join(step) for step in steps))
+
+    def build(directory: Path) -> None:
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True, check=False, timeout=900)
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["?"])[-1]
+                _missing(f"cannot build {directory} with {' '.join(requirements)}: {last}")
+
     venv.parent.mkdir(exist_ok=True)
     with open(venv.parent / f".{name}.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not stamp.exists():
-            shutil.rmtree(venv, ignore_errors=True)
-            python = str(venv / "bin" / "python")
-            steps = [
-                [sys.executable, "-m", "venv", str(venv)],
-                [
-                    python,
-                    "-m",
-                    "pip",
-                    "install",
-                    "-q",
-                    "-c",
-                    str(REPO / "constraints.txt"),
-                    "-e",
-                    f"{REPO}[mpi]",
-                ],
-                [python, "-m", "pip", "install", "-q", *requirements],
-            ]
-            for step in steps:
-                done = subprocess.run(step, capture_output=True, text=True, check=False, timeout=900)
-                if done.returncode != 0:
-                    last = (done.stderr.strip().splitlines() or ["?"])[-1]
-                    _missing(f"cannot build {venv} with {' '.join(requirements)}: {last}")
-            stamp.touch()
+        reuse_or_build(venv, key, build)
     return venv
 
 
