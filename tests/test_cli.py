@@ -8,11 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 from codeowners import CodeOwners
 
-from mpigate.cli import cli
+from mpigate.cli import COMMANDS, cli
 from mpigate.config import KINDS, check_tree
 from tests.conftest import FIXTURES, REPO
 
@@ -330,8 +331,16 @@ def test_schema_command(runner: CliRunner) -> None:
     assert bad.exit_code == 2
 
 
+def _commands() -> dict[str, click.Command]:
+    """Every command of ``mpigate`` (imported: the group loads them only when looked up)."""
+    ctx = click.Context(cli)
+    found = {name: cli.get_command(ctx, name) for name in cli.list_commands(ctx)}
+    assert all(command is not None for command in found.values())
+    return {name: command for name, command in found.items() if command is not None}
+
+
 def test_every_command_has_help_with_an_example(runner: CliRunner) -> None:
-    for name, command in cli.commands.items():
+    for name, command in _commands().items():
         if hasattr(command, "commands"):
             subs = [(f"{name} {s}", [name, s]) for s in command.commands]  # type: ignore[attr-defined]
         else:
@@ -340,6 +349,38 @@ def test_every_command_has_help_with_an_example(runner: CliRunner) -> None:
             result = runner.invoke(cli, [*args, "--help"])
             assert result.exit_code == 0, label
             assert "mpigate " in result.output.split("Options:")[0], f"{label} --help shows no example"
+
+
+def test_top_level_help_lists_every_command_with_its_own_short_help(runner: CliRunner) -> None:
+    """``mpigate --help`` lists the commands from COMMANDS without importing them: the table must
+    say what each command's own help says, at any width (an eager group is the reference)."""
+    commands = _commands()
+    for name, command in commands.items():
+        assert command.name == name
+        assert COMMANDS[name][2] == command.get_short_help_str(limit=10**6), name
+    eager = click.Group(
+        cli.name, commands, params=cli.params, help=cli.help, context_settings=cli.context_settings
+    )
+    for width in (60, 80, 100):
+        lazy = runner.invoke(cli, ["--help"], terminal_width=width)
+        assert lazy.exit_code == 0
+        assert lazy.output == runner.invoke(eager, ["--help"], terminal_width=width).output
+
+
+def test_importing_the_cli_imports_no_command(tmp_path: Path) -> None:
+    """``mpigate --version`` (0.73 s with every command imported at start, issue 21) and any one
+    command load only what they use: the server, controller, engine and CEL modules are imported
+    by the command that runs, never by ``import mpigate.cli``."""
+    probe = (
+        "import sys, mpigate.cli; from mpigate._build import compiled; compiled(); "
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    loaded = set(done.stdout.split())
+    heavy = {"aiohttp", "kopf", "cel_expr_python", "yaml", "jsonschema", "cryptography", "mpigate.config"}
+    heavy |= {"mpigate.policy", "mpigate.policy.engine", "mpigate.cel", "mpigate.admission", "mpigate.audit"}
+    assert sorted(heavy & loaded) == []
+    assert not any(name.startswith("mpigate.cli.") for name in loaded), sorted(loaded)
 
 
 def test_version_and_module_entry() -> None:
