@@ -60,9 +60,13 @@ def test_garbage_after_a_power_loss_is_moved_aside(tmp_path, keyring):
         pass
     [aside] = torn_files(chain)
     assert aside.stat().st_size == 151
-    assert json.loads(lines_of(segment)[-2])["stage"] == "recovered"
+    # the recovery record, its checkpoint, and the shutdown checkpoint that seals the chain again
+    tail = [json.loads(line) for line in lines_of(segment)[-3:]]
+    assert [r["stage"] for r in tail] == ["recovered", "checkpoint", "checkpoint"]
+    assert [r["checkpoint"]["reason"] for r in tail[1:]] == ["recovered", "shutdown"]
     assert segment.read_bytes()[:size].endswith(b"\n")
-    assert verify_chain(chain, keyring).ok
+    report = verify_chain(chain, keyring)
+    assert report.ok and report.sealed
 
 
 def test_crash_right_after_a_rotate_checkpoint(tmp_path, keyring):

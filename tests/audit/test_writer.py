@@ -187,6 +187,28 @@ def test_a_quiet_head_is_signed_after_the_checkpoint_interval(make_log, tmp_path
     assert last["checkpoint"]["headSeq"] == 3
 
 
+def test_a_chain_idle_past_the_checkpoint_interval_is_sealed_at_close(make_log, tmp_path, keyring):
+    """A writer idle for checkpoint_interval_seconds before a clean close: its head was signed by an
+    age checkpoint, and close wrote no shutdown checkpoint, so verify called the chain unverifiable
+    (every server idle 10 s before a rollout; serve and controller tests whose last record was more
+    than 10 s before their stop on a loaded machine)."""
+    log = make_log(checkpoint_interval_seconds=0.05)
+    log.append(entry(1))
+    chain = tmp_path / "audit" / "test-0"
+    end = time.monotonic() + 60
+    while time.monotonic() < end and records_of(chain)[-1]["stage"] != "checkpoint":
+        time.sleep(0.01)
+    assert records_of(chain)[-1]["checkpoint"]["reason"] == "age"
+    log.close()
+    last = records_of(chain)[-1]
+    assert last["checkpoint"]["reason"] == "shutdown" and last["checkpoint"]["headSeq"] == 4
+    report = verify_chain(chain, keyring)
+    assert report.sealed and report.status().state == "verified"
+    # a sealed chain reopened and closed again without a record stays as it is
+    make_log().close()
+    assert records_of(chain)[-1] == last
+
+
 def test_restart_continues_the_chain(tmp_path, signer, keyring):
     with AuditLog.open(tmp_path / "audit", chain="c", signer=signer) as log:
         log.append(entry(1))

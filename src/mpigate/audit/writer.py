@@ -95,6 +95,16 @@ def _errno_name(exc: BaseException) -> str:
     return errno.errorcode.get(code, "EIO") if isinstance(code, int) else type(exc).__name__
 
 
+def _is_shutdown(record: Mapping[str, Any]) -> bool:
+    """Whether a record is a shutdown checkpoint (a cleanly closed chain, docs/audit.md)."""
+    checkpoint = record.get("checkpoint")
+    return (
+        record.get("stage") == "checkpoint"
+        and isinstance(checkpoint, Mapping)
+        and checkpoint.get("reason") == "shutdown"
+    )
+
+
 class AuditLog:
     """A hash-chained JSONL audit log with one writer thread. Create with :meth:`open`.
 
@@ -131,7 +141,9 @@ class AuditLog:
         self._needs_reload = True
         self._healthy = True
         self._problem: str | None = None
-        self._last_stage = ""
+        # the last record is a shutdown checkpoint (this writer's or, reopened, a previous one's):
+        # the chain is sealed and closing again adds nothing
+        self._sealed = False
         self._sentinels = Sentinels(secrets.token_hex(16))
         self._thread: threading.Thread | None = None
 
@@ -330,8 +342,11 @@ class AuditLog:
 
     def _shutdown(self) -> None:
         try:
-            unsigned = self._state.since_checkpoint or self._last_stage != "checkpoint"
-            if not self._needs_reload and self._fd is not None and unsigned:
+            # Sealed by a shutdown checkpoint even when an age (or rotate) checkpoint already signed
+            # the head: verify calls a chain that ends otherwise unverifiable (its writer may have
+            # crashed), and a writer idle for checkpoint_interval_seconds before a clean close
+            # ended with an age checkpoint.
+            if not self._needs_reload and self._fd is not None and not self._sealed:
                 self._commit_internal(lambda: [self._checkpoint_line("shutdown")])
         except OSError as exc:
             self._note_failure(exc, 0)
@@ -514,11 +529,11 @@ class AuditLog:
             "prev": state.head,
         }
 
-    def _advance(self, digest: str, stage: str) -> tuple[str, int]:
+    def _advance(self, digest: str, stage: str, *, sealing: bool = False) -> tuple[str, int]:
         state = self._state
         state.head = digest
         state.lines += 1
-        self._last_stage = stage
+        self._sealed = sealing
         if stage == "checkpoint":
             state.since_checkpoint = 0
             state.unsigned_since = None
@@ -561,7 +576,7 @@ class AuditLog:
         if sign and self._signer is not None:
             record["checkpoint"]["sig"] = self._signer.sign(signed_bytes(record))
         record["hash"] = record_hash(record)
-        self._advance(record["hash"], str(entry["stage"]))
+        self._advance(record["hash"], str(entry["stage"]), sealing=_is_shutdown(record))
         return canonical_bytes(record) + b"\n"
 
     def _checkpoint_line(self, reason: str, next_segment: str | None = None) -> bytes:
@@ -661,7 +676,7 @@ class AuditLog:
             state.since_checkpoint = 1
             state.unsigned_since = time.monotonic()
         self._state = state
-        self._last_stage = str(last.get("stage", "")) if last else ""
+        self._sealed = last is not None and _is_shutdown(last)
         self._open_segment(current, create=False)
         if last is not None and last.get("stage") == "checkpoint":
             nxt = (last.get("checkpoint") or {}).get("next")
