@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpigate.audit import AuditLog, Signer, WriterOptions, config_record, evidence_record, lifecycle_record
+from mpigate.audit import AuditLog, Signer, config_record, evidence_record, lifecycle_record
 from mpigate.policy.decision import AppliedException, UserInfo
 
-from .scenario import decision_record, scenario_config, violation
+from .scenario import FIXTURE_WRITER, decision_record, scenario_config, violation
 
 START = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
 
@@ -185,7 +185,7 @@ class _Timeline:
     def __init__(self, root: Path, chain: str, signer: Signer | None, source: str, batch: int) -> None:
         self.now = START
         self.log = AuditLog.open(
-            root, chain=chain, source=source, signer=signer, clock=lambda: self.now, options=WriterOptions()
+            root, chain=chain, source=source, signer=signer, clock=lambda: self.now, options=FIXTURE_WRITER
         )
         self.batch = batch
         self.heap: list[tuple[dt.datetime, int, dict[str, Any], int | None]] = []

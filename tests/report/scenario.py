@@ -19,6 +19,7 @@ from typing import Any
 from mpigate.audit import (
     AuditLog,
     Signer,
+    WriterOptions,
     config_record,
     evidence_record,
     lifecycle_record,
@@ -39,6 +40,10 @@ from mpigate.policy.decision import (
 
 REPO = Path(__file__).resolve().parents[2]
 REVISION = "9fb03e4c1d2a"
+# The trails here run on a fake clock; the writer's age checkpoint waits on the real (monotonic)
+# one, so a machine that stalls for checkpointInterval (10 s) while a trail is written would add
+# a checkpoint the expected counts do not have: no age checkpoint in a fixture trail.
+FIXTURE_WRITER = WriterOptions(checkpoint_interval_seconds=24 * 3600.0)
 IMAGES = {"eu": ("ghcr.io/acme/llm@sha256:" + "a" * 64,), "us": ("ghcr.io/acme/vision:2.1",)}
 
 MARIA = UserInfo("maria", ("nlp-team-scientists", "system:authenticated"))
@@ -139,7 +144,7 @@ class Clock:
 
 @contextmanager
 def open_log(root: Path, chain: str, signer: Signer | None, clock: Clock, source: str) -> Iterator[AuditLog]:
-    log = AuditLog.open(root, chain=chain, source=source, signer=signer, clock=clock)
+    log = AuditLog.open(root, chain=chain, source=source, signer=signer, clock=clock, options=FIXTURE_WRITER)
     try:
         yield log
     finally:

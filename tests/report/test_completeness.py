@@ -18,7 +18,7 @@ from mpigate.report import ReportOptions, build_report
 from mpigate.report.build import ReportInputError
 
 from .conftest import GENERATED, SECRET
-from .scenario import MARIA, Clock, decision_record, scenario_config
+from .scenario import FIXTURE_WRITER, MARIA, Clock, decision_record, scenario_config
 
 Report = dict[str, Any]
 
@@ -26,7 +26,9 @@ Report = dict[str, Any]
 def test_a_month_over_seconds_of_records_is_not_met(tmp_path: Path) -> None:
     # two decisions 0.8 s apart, reported for November
     clock = Clock().at("2026-11-20T09:00:00Z")
-    log = AuditLog.open(tmp_path / "audit", chain="webhook-0", source="webhook", clock=clock)
+    log = AuditLog.open(
+        tmp_path / "audit", chain="webhook-0", source="webhook", clock=clock, options=FIXTURE_WRITER
+    )
     log.append(config_record(scenario_config()))
     log.append(decision_record("CREATE", "nlp-team", "a", MARIA))
     clock.at("2026-11-20T09:00:00.800Z")
@@ -110,7 +112,14 @@ def write_witnessed(root: Path, drop_last: int = 0, extra_claim: str | None = No
     the truncation issue 18 makes visible."""
     clock = Clock().at("2026-11-20T09:00:00Z")
     signer = HmacSigner(SECRET)
-    log = AuditLog.open(root / "audit", chain="webhook-0", source="webhook", signer=signer, clock=clock)
+    log = AuditLog.open(
+        root / "audit",
+        chain="webhook-0",
+        source="webhook",
+        signer=signer,
+        clock=clock,
+        options=FIXTURE_WRITER,
+    )
     log.append(config_record(scenario_config()))
     events = []
     start = dt.datetime(2026, 11, 20, 9, 1, tzinfo=dt.UTC)
