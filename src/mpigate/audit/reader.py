@@ -179,6 +179,9 @@ class ChainReport:
     witnessed_seq: int | None = None
     witnessed_time: str | None = None
     witness_end: str | None = None
+    # Custom, library and ValidatingAdmissionPolicy rules the chain's decisions name, with the
+    # expression digest each violation carries and how many violations carry it: which CEL judged.
+    rule_digests: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[IntegrityProblem]:
@@ -227,6 +230,7 @@ class ChainReport:
             "recoveries": self.recoveries,
             "tornFragments": list(self.torn_fragments),
             "problems": [p.to_dict() for p in self.problems],
+            "ruleDigests": {rule: dict(sorted(d.items())) for rule, d in sorted(self.rule_digests.items())},
         }
 
 
@@ -385,6 +389,17 @@ class ChainReader:
         elif prev_cut:
             self._skip_to(seq)
 
+    def _note_digests(self, violations: Any) -> None:
+        if type(violations) is not list:
+            return
+        digests = self.report.rule_digests
+        for violation in violations:
+            if type(violation) is dict:
+                digest = violation.get("digest")
+                if type(digest) is str:
+                    per = digests.setdefault(str(violation.get("id")), {})
+                    per[digest] = per.get(digest, 0) + 1
+
     def _skip_to(self, seq: int | None) -> None:
         # A boundary problem is already reported: resynchronise instead of reporting a gap again.
         if seq is not None:
@@ -470,6 +485,8 @@ class ChainReader:
                 report.recoveries += 1
             elif stage == "retention" and self._pruned is not None:
                 self._note_retention(record)
+            elif stage == "validate" and get("violations"):
+                self._note_digests(get("violations"))
             if self._unsigned_start is None:
                 self._unsigned_start = (file, lineno)
             report.unsigned_records += 1

@@ -111,6 +111,9 @@ def _echo_report(report: ChainReport) -> None:
     if report.recoveries or report.torn_fragments:
         fragments = ", ".join(report.torn_fragments) or "-"
         click.echo(f"  recoveries:      {report.recoveries} (fragments moved aside: {fragments})")
+    for rule, digests in sorted(report.rule_digests.items()):
+        seen = ", ".join(f"{digest} ({count})" for digest, count in sorted(digests.items()))
+        click.echo(f"  rule {rule}: expressions {seen}")
     if status.state != "broken":
         color = "yellow" if status.state == "unverifiable" else None
         click.secho(f"  status:          {status.text()}", fg=color)

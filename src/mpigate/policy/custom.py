@@ -17,6 +17,7 @@ TrainJob, runtime or runtime patch that set it (:meth:`EffectiveJob.origin`).
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -43,10 +44,12 @@ _LISTS = ("initContainers", "containers", "ephemeralContainers", "volumes")
 
 @dataclass(frozen=True, slots=True)
 class RuleMeta:
-    """What :func:`mpigate.policy.engine` needs to turn a custom finding into a violation."""
+    """What :func:`mpigate.policy.engine` needs to turn a custom finding into a violation:
+    ``digest`` fixes the rule's compiled expressions (written into each audit record)."""
 
     mode: Mode
     controls: tuple[str, ...]
+    digest: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,10 @@ class _Compiled:
     rule: CustomRule
     default: tuple[tuple[str, CompiledPolicy], ...]
     per_team: Mapping[str, tuple[tuple[str, CompiledPolicy], ...]]
+    #: sha256 of the rule's canonical compiled expressions: each program's digest (its match
+    #: conditions, variables, validations, failure policy and parameters), per parameter object
+    #: and per team, with the rule's ID — computed once per config, at compile time
+    digest: str
 
     def policies(self, team: Team | None, namespace: str) -> list[CompiledPolicy]:
         chosen = self.per_team.get(team.name, self.default) if team is not None else self.default
@@ -105,7 +112,16 @@ def _compiled(config: Config) -> tuple[_Compiled, ...]:
                 team: (("", program(rule, params)),)
                 for team, params in rule.spec.get("teamParams", {}).items()
             }
-            out.append(_Compiled(rule, default, per_team))
+            canonical = json.dumps(
+                {
+                    "id": rule.id,
+                    "programs": [[where, policy.digest] for where, policy in default],
+                    "teams": {t: [p.digest for _, p in programs] for t, programs in per_team.items()},
+                },
+                sort_keys=True,
+            )
+            digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+            out.append(_Compiled(rule, default, per_team, digest))
         return tuple(out)
 
     found: tuple[_Compiled, ...] = memoized(config, ("policy.custom.compiled",), build)
@@ -132,7 +148,10 @@ def custom_rule_meta(config: Config) -> Mapping[str, RuleMeta]:
     """Mode and controls of every custom rule, by ID (once per config)."""
 
     def build() -> Mapping[str, RuleMeta]:
-        return {c.rule.id: RuleMeta(_mode_for(config, c.rule), c.rule.controls) for c in _compiled(config)}
+        return {
+            c.rule.id: RuleMeta(_mode_for(config, c.rule), c.rule.controls, c.digest)
+            for c in _compiled(config)
+        }
 
     found: Mapping[str, RuleMeta] = memoized(config, ("policy.custom.meta",), build)
     return found

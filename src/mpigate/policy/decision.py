@@ -106,6 +106,9 @@ class Violation:
     fix: str = ""
     controls: tuple[str, ...] = ()
     waived_by: str | None = None
+    #: a custom, library or ValidatingAdmissionPolicy rule's expression digest (the catalogue's
+    #: rules are fixed by mpigate's version): which CEL judged, with the record's config revision
+    digest: str = ""
 
     @property
     def denies(self) -> bool:
@@ -123,6 +126,8 @@ class Violation:
         out["controls"] = list(self.controls)
         if self.waived_by:
             out["waivedBy"] = self.waived_by
+        if self.digest:
+            out["digest"] = self.digest
         return out
 
 

@@ -950,8 +950,9 @@ def _decide(
     for finding in findings:
         meta = custom.get(finding.rule)
         mode: Mode
+        digest = ""
         if meta is not None:
-            mode, controls = meta.mode, meta.controls
+            mode, controls, digest = meta.mode, meta.controls, meta.digest
         else:
             mode, controls = config.org.enforcement.mode_for(finding.rule), rules[finding.rule].controls
         waiver = next((e for e in active if finding.rule in e.rule_ids), None)
@@ -966,6 +967,7 @@ def _decide(
                 fix=finding.fix,
                 controls=controls,
                 waived_by=waiver.name if waiver else None,
+                digest=digest,
             )
         )
         if waiver is not None:

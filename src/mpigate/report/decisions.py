@@ -82,6 +82,8 @@ class Decisions:
         self.exceptions: dict[str, _ExceptionUse] = {}
         self.mutations = 0
         self.mutations_patched = 0
+        self.rule_digests: dict[str, set[str]] = {}  # custom rule -> expression digests judged with
+        self.rule_controls: dict[str, tuple[str, ...]] = {}  # custom rule -> controls its records name
 
     @property
     def advisory(self) -> frozenset[str]:
@@ -133,6 +135,9 @@ class Decisions:
                 effect = self._effect(violation, rule)
                 ekey = (rule, effect)
                 effects[ekey] = effects.get(ekey, 0) + 1
+                digest = violation.get("digest")
+                if type(digest) is str:
+                    self._note_custom(rule, digest, violation.get("controls"))
                 if rule in seen:
                     continue
                 seen.add(rule)
@@ -223,7 +228,20 @@ class Decisions:
                     if expired:
                         self.expired_waivers[rule] = self.expired_waivers.get(rule, 0) + 1
 
+    def _note_custom(self, rule: str, digest: str, controls: Any) -> None:
+        """A custom, library or ValidatingAdmissionPolicy rule: the expression digests it was
+        judged with, and the controls its records name (the catalogue does not know it)."""
+        digests = self.rule_digests.setdefault(rule, set())
+        if len(digests) < 64:
+            digests.add(digest)
+        if rule not in self.rule_controls and type(controls) is list:
+            self.rule_controls[rule] = tuple(text(c) for c in controls)
+
     def merge(self, other: Decisions) -> None:
+        for rule, digests in other.rule_digests.items():
+            self.rule_digests.setdefault(rule, set()).update(digests)
+        for rule, controls in other.rule_controls.items():
+            self.rule_controls.setdefault(rule, controls)
         add_counts(self.cube, other.cube)
         add_counts(self.decision_counts, other.decision_counts)
         add_counts(self.validate_by_kind, other.validate_by_kind)
@@ -278,16 +296,18 @@ class Decisions:
         out: list[dict[str, Any]] = []
         for rule, counts in per_rule.items():
             info = rules.get(rule)
-            out.append(
-                {
-                    "rule": rule,
-                    "title": info.title if info else "(not in the rule catalogue)",
-                    "family": info.family if info else "",
-                    "controls": list(info.controls) if info else [],
-                    **counts,
-                    "total": sum(counts.values()),
-                }
-            )
+            row: dict[str, Any] = {
+                "rule": rule,
+                "title": info.title if info else "(not in the rule catalogue)",
+                "family": info.family if info else "",
+                "controls": list(info.controls) if info else list(self.rule_controls.get(rule, ())),
+                **counts,
+                "total": sum(counts.values()),
+            }
+            if rule in self.rule_digests:
+                row["title"] = row["title"] if info else "(custom, library or admission policy rule)"
+                row["digests"] = sorted(self.rule_digests[rule])
+            out.append(row)
         out.sort(key=lambda r: (-r["total"], r["rule"]))
         return out
 
