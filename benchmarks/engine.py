@@ -11,7 +11,12 @@ should match the 3-team one. Goal: p99 ≤ 2 ms per evaluation.
 cookbook — owner label, runAsUser range, added capabilities, hostPort range, image repositories,
 memory limit/request ratio, forbidden env names, replicas, a read-only root filesystem for PHI,
 required pod labels — cycled with their own IDs and parameters, half on the job and half on every
-effective pod), and prints the difference to the catalogue-only p99 and the cost per rule.
+effective pod), and prints the difference to the catalogue-only p99 and the cost per rule — and,
+in the same run, the same N checks on the same objects (the job, each effective pod) evaluated by
+peer engines (the ``bench`` extra): the pure-Python CEL ``cel-python`` (celpy) with the same
+expressions, and Gatekeeper's Rego through ``regopy`` (OPA's language; ten Rego policies written
+for the same checks, one input per rule and object as Gatekeeper queries a constraint), as the
+ratio to mpigate's added time.
 
     .venv/bin/python benchmarks/engine.py [--rounds N] [--custom N]
 """
@@ -158,6 +163,159 @@ def with_custom_rules(target: Path, count: int) -> Config:
     return load(target, revision="bench-custom")
 
 
+# The ten checks of RULE_SHAPES in Rego (rego.v1), for the peer figure: `allow` is the CEL's value.
+REGO_SHAPES: list[str] = [
+    "allow := true",
+    """allow if not bad
+bad if {
+    some c in input.object.spec.containers
+    u := c.securityContext.runAsUser
+    out(u)
+}
+out(u) if u < input.params.min
+out(u) if u > input.params.max""",
+    """allow if not bad
+bad if {
+    some c in input.object.spec.containers
+    some x in c.securityContext.capabilities.add
+    not x in input.params.allowed
+}""",
+    """allow if not bad
+bad if {
+    some c in input.object.spec.containers
+    some p in c.ports
+    out(p.hostPort)
+}
+out(u) if u < input.params.min
+out(u) if u > input.params.max""",
+    "allow := true",
+    """allow if not bad
+bad if {
+    some c in input.object.spec.containers
+    l := units.parse_bytes(c.resources.limits.memory)
+    r := units.parse_bytes(c.resources.requests.memory)
+    l > input.params.ratio * r
+}""",
+    """allow if not bad
+bad if {
+    some c in input.object.spec.containers
+    some e in c.env
+    e.name in input.params.forbidden
+}""",
+    'allow if object.get(input.object.spec, ["trainer", "numNodes"], 1) <= input.params.max',
+    """allow if input.team == null
+allow if input.team.classification != input.params.classification
+allow if object.get(input.object.spec, [\"trainer\", \"image\"], \"\") != \"\"""",
+    """allow if {
+    count(input.object.metadata.name) > 0
+    input.params.key != ""
+}""",
+]
+
+
+# The ten checks of RULE_SHAPES for cel-python, which has no optional syntax (`.?`) and no
+# quantity library: `has()` chains instead, and `quantity` as a function the benchmark gives it.
+CELPY_SHAPES: list[str] = [
+    "(has(object.metadata.labels) && params.label in object.metadata.labels) || true",
+    RULE_SHAPES[1][2],
+    "object.spec.containers.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities) || "
+    "!has(c.securityContext.capabilities.add) || "
+    "c.securityContext.capabilities.add.all(x, x in params.allowed))",
+    "object.spec.containers.all(c, !has(c.ports) || c.ports.all(p, !has(p.hostPort) || "
+    "(p.hostPort >= params.min && p.hostPort <= params.max)))",
+    RULE_SHAPES[4][2],
+    "object.spec.containers.all(c, !has(c.resources) || !has(c.resources.limits) || "
+    "!has(c.resources.requests) || !('memory' in c.resources.limits) || "
+    "!('memory' in c.resources.requests) || "
+    "quantity(c.resources.limits.memory) <= params.ratio * quantity(c.resources.requests.memory))",
+    "object.spec.containers.all(c, !has(c.env) || c.env.all(e, !(e.name in params.forbidden)))",
+    "!has(object.spec.trainer) || !has(object.spec.trainer.numNodes) || "
+    "object.spec.trainer.numNodes <= params.max",
+    "team == null || team.classification != params.classification || "
+    "(has(object.spec.trainer) && has(object.spec.trainer.image) && object.spec.trainer.image != '')",
+    RULE_SHAPES[9][2],
+]
+
+
+def _objects(config: Config, request: AdmissionInput) -> tuple[Any, list[Any]]:
+    """The job and its effective pods as the engine's CustomRules read them."""
+    from mpigate.config import thaw
+    from mpigate.policy.custom import _pod
+    from mpigate.trainjob import resolve
+
+    job = request.obj
+    name = ((job or {}).get("spec") or {}).get("runtimeRef", {}).get("name", "")
+    runtime = config.runtime("ClusterTrainingRuntime", name) or config.runtime(
+        "TrainingRuntime", name, request.namespace
+    )
+    if runtime is None:
+        return job, []
+    resolution = resolve(job, runtime.manifest)
+    return thaw(job), [_pod(j, request.namespace or "") for j in resolution.jobs]
+
+
+def peer_engines(config: Config, count: int, rounds: int) -> dict[str, float]:
+    """µs per request for the ``count`` checks of --custom on every example's job and pods, per
+    peer engine (an engine that is not installed is left out)."""
+    checks = [RULE_SHAPES[i % len(RULE_SHAPES)] for i in range(count)]
+    sources = [CELPY_SHAPES[i % len(CELPY_SHAPES)] for i in range(count)]
+    work = [_objects(config, request) for _, request, _ in requests()]
+    out: dict[str, float] = {}
+    try:
+        import celpy
+    except ImportError:
+        celpy = None
+    if celpy is not None:
+        from mpigate.config.units import parse_quantity
+
+        env = celpy.Environment()
+
+        def quantity(value: Any) -> Any:
+            return celpy.celtypes.DoubleType(float(parse_quantity(str(value))))
+
+        programs = [
+            (
+                kind,
+                env.program(env.compile(source), functions={"quantity": quantity}),
+                celpy.json_to_cel(params),
+            )
+            for (kind, params, _), source in zip(checks, sources, strict=True)
+        ]
+
+        def run_celpy() -> None:
+            for job, pods in work:
+                job_value = celpy.json_to_cel(job)  # converted once per object, shared by the rules
+                pod_values = [celpy.json_to_cel(p) for p in pods]
+                for kind, program, params in programs:
+                    for value in pod_values if kind == "Pod" else [job_value]:
+                        program.evaluate({"object": value, "params": params, "team": celpy.json_to_cel(None)})
+
+        out["cel-python"] = statistics.median(timings(run_celpy, max(3, rounds // 40))) / len(work)
+    try:
+        import regopy
+    except ImportError:
+        regopy = None
+    if regopy is not None:
+        interpreter = regopy.Interpreter()
+        for i, body in enumerate(REGO_SHAPES):
+            interpreter.add_module(
+                f"shape{i}", f"package shape{i}\nimport rego.v1\ndefault allow := false\n{body}\n"
+            )
+        team = {"classification": None}
+
+        def run_rego() -> None:
+            for job, pods in work:
+                for i, (kind, params, _) in enumerate(checks):
+                    for value in pods if kind == "Pod" else [job]:
+                        interpreter.set_input_term(
+                            json.dumps({"object": value, "params": params, "team": team})
+                        )
+                        interpreter.query(f"x = data.shape{i % len(REGO_SHAPES)}.allow")
+
+        out["Rego (regopy)"] = statistics.median(timings(run_rego, 1)) / len(work)
+    return out
+
+
 def requests() -> list[tuple[str, AdmissionInput, str]]:
     out = []
     for path in sorted((REPO / "examples" / "trainjobs").glob("*.yaml")):
@@ -258,6 +416,12 @@ def main() -> None:
             f"{args.custom} CustomRules: p99 +{delta_p99:.0f} µs wall, +{delta_cpu:.0f} µs CPU "
             f"(goal ≤ +1000 µs); {per_rule:.1f} µs CPU per rule and evaluation (median)"
         )
+        added = statistics.median(all_custom) - statistics.median(all_small)
+        for engine, micros in peer_engines(small, args.custom, args.rounds).items():
+            print(
+                f"the same {args.custom} checks by {engine}: {micros:.0f} µs per request (median), "
+                f"{micros / max(added, 1.0):.0f}× mpigate's +{added:.0f} µs"
+            )
     averages = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average while measuring: {averages} ({os.cpu_count()} CPUs)")
 

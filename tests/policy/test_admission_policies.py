@@ -175,6 +175,15 @@ def test_match_conditions_exempt(tmp_path: Path) -> None:
     [
         ("namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: research}}", True),
         ("namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: other}}", False),
+        # the labels render gives the team's namespaces (issue 22 item 3: not only the name)
+        ("namespaceSelector: {matchLabels: {mpigate.io/team: research-team}}", True),
+        ("namespaceSelector: {matchLabels: {mpigate.io/team: nlp-team}}", False),
+        ("namespaceSelector: {matchLabels: {pod-security.kubernetes.io/enforce: restricted}}", True),
+        (
+            "namespaceSelector: {matchExpressions: [{key: pod-security.kubernetes.io/enforce, "
+            "operator: NotIn, values: [restricted]}]}",
+            False,
+        ),
         ("objectSelector: {matchExpressions: [{key: acme.example/exempt, operator: DoesNotExist}]}", True),
         ("objectSelector: {matchLabels: {tier: gold}}", False),
     ],
@@ -320,3 +329,76 @@ def test_the_webhooks_config_bundle_keeps_policies_bindings_and_params(tmp_path:
     assert [r.id for r in again.custom_rules] == [RULE]
     assert not decide(again, _job(patch=True)).allowed
     assert _found(decide(again, _job(patch=True)))
+
+
+AUDITED = """\
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: images}
+spec:
+  failurePolicy: FAILURE
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  auditAnnotations:
+    - key: image
+      valueExpression: |-
+        VALUE
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: images-all}
+spec:
+  policyName: images
+  validationActions: [Deny]
+"""
+
+
+def _audited(tmp_path: Path, value: str, failure: str = "Fail") -> Any:
+    text = AUDITED.replace("VALUE", value).replace("FAILURE", failure)
+    root = _tree(tmp_path, text)
+    result = check_tree(root, today=TODAY)
+    assert result.ok, result.errors
+    return decide(load(root, today=TODAY), _job())
+
+
+def test_audit_annotations_are_written_into_the_decision_and_its_audit_record(tmp_path: Path) -> None:
+    """dispatcher.go: each pod's value under "<policy>/<key>", distinct values joined with ", "."""
+    from mpigate.audit.records import record_from_decision
+    from mpigate.policy import AdmissionInput, UserInfo
+
+    decision = _audited(tmp_path, "object.spec.containers[0].image")
+    annotations = dict(decision.audit_annotations)
+    images = set(annotations["images/image"].split(", "))
+    assert "registry.acme.internal/research/mpi-bench:2.0.1" in images and len(images) == 2, images
+    assert decision.allowed and decision.to_dict()["auditAnnotations"] == annotations
+    job = _job()
+    request = AdmissionInput("CREATE", "TrainJob", "research", "cpu-smoke", job, user=UserInfo("maria"))
+    assert record_from_decision(decision, request)["auditAnnotations"] == annotations
+
+
+@pytest.mark.parametrize(
+    ("value", "failure", "allowed", "annotated"),
+    [
+        ("null", "Fail", True, False),  # null and "" publish nothing
+        ("'  '", "Fail", True, False),
+        ("1", "Fail", False, False),  # neither string nor null: an error that denies
+        ("object.spec.missing", "Fail", False, False),  # an error: failurePolicy Fail denies
+        ("object.spec.missing", "Ignore", True, False),  # Ignore leaves the annotation out
+    ],
+)
+def test_audit_annotation_values_and_errors(
+    tmp_path: Path, value: str, failure: str, allowed: bool, annotated: bool
+) -> None:
+    decision = _audited(tmp_path, value, failure)
+    assert decision.allowed is allowed
+    assert bool(decision.audit_annotations) is annotated
+    assert "auditAnnotations" not in decision.to_dict()
+
+
+def test_a_policy_with_only_audit_annotations_is_accepted(tmp_path: Path) -> None:
+    result = check_tree(
+        _tree(tmp_path, AUDITED.replace("VALUE", "'x'").replace("FAILURE", "Fail")), today=TODAY
+    )
+    assert result.ok, result.errors
+    assert not [p for p in result.warnings if "auditAnnotations" in p.message]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mpigate.config import load
+from mpigate.config import Config, load
 from mpigate.config.loader import REVISION_FILE
 from mpigate.render import MARKER_FILE, RenderError, Rendering, render, write_tree
 from tests.conftest import FIXTURES, REPO, TODAY
@@ -167,6 +167,23 @@ def test_persona_cluster_roles_carry_kueue_aggregation_labels(example_rendering:
         "rbac.kueue.x-k8s.io/batch-user"
         not in roles["mpigate:persona:data-scientist:cluster-read"]["metadata"]["labels"]
     )
+
+
+def test_namespace_labels_are_what_render_writes(
+    example_config: Config, example_rendering: Rendering
+) -> None:
+    """The engine's namespaceSelectors read namespace_labels: it must stay the rendered labels
+    (plus the name label the API server sets)."""
+    from mpigate.config.admission import NAMESPACE_NAME_LABEL
+    from mpigate.render.context import namespace_labels
+
+    namespaces = [o.data for o in example_rendering.objects if o.key.kind == "Namespace"]
+    assert namespaces
+    for ns in namespaces:
+        name = ns["metadata"]["name"]
+        expected = {**ns["metadata"]["labels"], NAMESPACE_NAME_LABEL: name}
+        assert namespace_labels(example_config, name, TODAY) == expected
+    assert namespace_labels(example_config, "nobodys", TODAY) == {NAMESPACE_NAME_LABEL: "nobodys"}
 
 
 def test_namespaces_and_pod_security(example_rendering: Rendering) -> None:

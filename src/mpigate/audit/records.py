@@ -295,6 +295,10 @@ def record_from_decision(
         "revision": decision.revision,
         "demand": decision.demand.to_dict() if decision.demand else None,
     }
+    if decision.audit_annotations:
+        # the ValidatingAdmissionPolicies' auditAnnotations (<policy>/<key>), as the API server adds
+        # them to its audit event for a request it judges itself
+        entry["auditAnnotations"] = dict(decision.audit_annotations)
     patch = entry.pop("patch")
     safe: dict[str, Any] = _redact(entry, literals, "")
     safe["patch"] = patch

@@ -101,31 +101,68 @@ class Outcome:
     reason: str = ""
 
 
+# dispatcher.go maxAuditAnnotationValueLength
+MAX_AUDIT_ANNOTATION_VALUE = 10 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledPolicy:
     match_conditions: tuple[tuple[str, Expression], ...]
     validations: tuple[Validation, ...]
     failure_policy: FailurePolicy
     digest: str
+    #: a ValidatingAdmissionPolicy's auditAnnotations: (key, valueExpression)
+    audit_annotations: tuple[tuple[str, Expression], ...] = ()
 
     def evaluate(self, env: Environment, inputs: Inputs, budget: Budget | None = None) -> list[Outcome]:
         """The outcomes on ``inputs``: nothing when a match condition is false or all validations
         hold (validator.go: match conditions first, an error there follows the failure policy)."""
+        return self.evaluate_all(env, inputs, budget)[0]
+
+    def evaluate_all(
+        self, env: Environment, inputs: Inputs, budget: Budget | None = None
+    ) -> tuple[list[Outcome], list[tuple[str, str]]]:
+        """The outcomes and the audit annotations (key, value) on ``inputs``: validator.go
+        ``(*validator).Validate`` — match conditions, validations, then auditAnnotations (a string
+        value is published trimmed, an empty one or null is not; an error follows the failure
+        policy, Ignore leaving the annotation out; any other type is an error that denies)."""
         for name, condition in self.match_conditions:
             try:
                 matched = condition.program.evaluate(inputs, budget)
             except EvalError as exc:
-                return [self._error(f"failed to evaluate matchCondition {name!r}: {exc}")]
+                return [self._error(f"failed to evaluate matchCondition {name!r}: {exc}")], []
             if matched is not True:
                 if matched is False:
-                    return []
-                return [self._error(f"matchCondition {name!r} returned a non-boolean value")]
+                    return [], []
+                return [self._error(f"matchCondition {name!r} returned a non-boolean value")], []
         out: list[Outcome] = []
         for validation in self.validations:
             outcome = self.check(env, inputs, validation, budget)
             if outcome is not None:
                 out.append(outcome)
-        return out
+        annotations: list[tuple[str, str]] = []
+        for key, expression in self.audit_annotations:
+            try:
+                value = expression.program.evaluate(inputs, budget)
+            except EvalError as exc:
+                if self.failure_policy == "Fail":
+                    out.append(Outcome("error", f"auditAnnotation {key!r}: {exc}"))
+                continue
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                out.append(
+                    Outcome(
+                        "error",
+                        f"valueExpression '{expression.source}' resulted in unsupported return type: "
+                        f"{type(value).__name__}. Return type must be either string or null.",
+                    )
+                )
+                continue
+            value = value.strip()
+            if value:
+                annotations.append((key, value[:MAX_AUDIT_ANNOTATION_VALUE]))
+        return out, annotations
 
     def check(
         self, env: Environment, inputs: Inputs, validation: Validation, budget: Budget | None = None
@@ -135,6 +172,12 @@ class CompiledPolicy:
             result = validation.expression.program.evaluate(inputs, budget)
         except EvalError as exc:
             return self._error(f"expression '{validation.expression.source}' resulted in error: {exc}")
+        return self.judged(inputs, validation, result, budget)
+
+    def judged(
+        self, inputs: Inputs, validation: Validation, result: Any, budget: Budget | None = None
+    ) -> Outcome | None:
+        """The outcome of ``validation`` whose expression gave ``result`` on ``inputs``."""
         if result is True:
             return None
         if result is not False:
@@ -205,18 +248,21 @@ def compile_policy(
     params: Any,
     base: tuple[str | int, ...] = (),
     paths: Mapping[str, tuple[str | int, ...]] | None = None,
+    audit_annotations: Sequence[tuple[str, str]] = (),
 ) -> CompiledPolicy | list[PolicyIssue]:
     """Compile a policy, or return every compile error located by JSON path and position.
 
     ``validations`` are mappings with ``expression`` and optionally ``message``,
     ``messageExpression``, ``reason`` and ``fieldPath``. ``paths`` names where the match
     conditions, variables and validations sit under ``base`` (defaults: ``matchConditions``,
-    ``variables``, ``validations``).
+    ``variables``, ``validations``). ``audit_annotations`` are a ValidatingAdmissionPolicy's
+    (key, valueExpression), at ``auditAnnotations``.
     """
     where: dict[str, tuple[str | int, ...]] = {
         "matchConditions": ("matchConditions",),
         "variables": ("variables",),
         "validations": ("validations",),
+        "auditAnnotations": ("auditAnnotations",),
     }
     where.update(paths or {})
     issues: list[PolicyIssue] = []
@@ -260,10 +306,22 @@ def compile_policy(
                     str(spec.get("fieldPath") or ""),
                 )
             )
+    annotations: list[tuple[str, Expression]] = []
+    for i, (key, source) in enumerate(audit_annotations):
+        found = compiled(source, (*where["auditAnnotations"], i, "valueExpression"))
+        if found is not None:
+            annotations.append((key, found))
     if issues:
         return issues
     digest_source = json.dumps(
-        [match_conditions, variables, [dict(v) for v in validations], failure_policy, params],
+        [
+            match_conditions,
+            variables,
+            [dict(v) for v in validations],
+            failure_policy,
+            params,
+            *([list(audit_annotations)] if audit_annotations else []),
+        ],
         sort_keys=True,
         default=str,
     )
@@ -272,4 +330,5 @@ def compile_policy(
         tuple(checks),
         failure_policy,
         "sha256:" + hashlib.sha256(digest_source.encode()).hexdigest(),
+        tuple(annotations),
     )

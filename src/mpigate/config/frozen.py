@@ -18,8 +18,21 @@ def freeze(value: Any) -> Any:
     return value
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_MAPPINGS = frozenset({MappingProxyType, dict})
+_LISTS = frozenset({tuple, list})
+
+
 def thaw(value: Any) -> Any:
     """A fresh plain ``dict``/``list`` copy of frozen (or plain) JSON-like data."""
+    kind = type(value)
+    # exact types first (the engine thaws every effective pod): the abc checks cost more
+    if kind in _SCALARS:
+        return value
+    if kind in _MAPPINGS:
+        return {k: thaw(v) for k, v in value.items()}
+    if kind in _LISTS:
+        return [thaw(v) for v in value]
     if isinstance(value, Mapping):
         return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, Sequence) and not isinstance(value, str | bytes):

@@ -16,6 +16,7 @@ TrainJob, runtime or runtime patch that set it (:meth:`EffectiveJob.origin`).
 
 from __future__ import annotations
 
+import datetime as dt
 import fnmatch
 import hashlib
 import json
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mpigate.cel import Budget, EvalError, Inputs
+from mpigate.cel.cost import input_size
+from mpigate.cel.env import CompileError, Environment, Program
 from mpigate.cel.validation import CompiledPolicy, Outcome, Validation
 from mpigate.config import Config
 from mpigate.config.admission import POD_CREATOR, binding_matches
@@ -64,13 +67,45 @@ class _Compiled:
     #: conditions, variables, validations, failure policy and parameters), per parameter object
     #: and per team, with the rule's ID — computed once per config, at compile time
     digest: str
+    # a CustomRule's match, read once per config (None: any)
+    targets: frozenset[str] = frozenset()
+    operations: frozenset[str] = frozenset()
+    teams: frozenset[str] | None = None
+    namespaces: frozenset[str] | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    classifications: frozenset[str] | None = None
+    replicated_jobs: frozenset[str] | None = None
+    #: the parameter objects are namespaced and chosen by the request's namespace (CollectParams)
+    by_namespace: bool = False
 
     def policies(self, team: Team | None, namespace: str) -> list[CompiledPolicy]:
         chosen = self.per_team.get(team.name, self.default) if team is not None else self.default
-        admission = self.rule.admission
-        if admission is None or admission.params is None or not admission.params.by_request_namespace:
+        if not self.by_namespace:
             return [policy for _, policy in chosen]
         return [policy for where, policy in chosen if where == namespace]
+
+    def applies(
+        self,
+        target: str,
+        operation: str,
+        team: Team | None,
+        namespace: str,
+        labels: Mapping[str, str],
+        classification: str | None,
+        job: EffectiveJob | None,
+    ) -> bool:
+        """Whether a CustomRule's match selects ``target`` (a pod: of ``job``)."""
+        if target not in self.targets or operation not in self.operations:
+            return False
+        if self.teams is not None and (team is None or team.name not in self.teams):
+            return False
+        if self.namespaces is not None and namespace not in self.namespaces:
+            return False
+        if any(labels.get(k) != v for k, v in self.labels):
+            return False
+        if self.classifications is not None and classification not in self.classifications:
+            return False
+        return job is None or self.replicated_jobs is None or job.name in self.replicated_jobs
 
 
 def _mode_for(config: Config, rule: CustomRule) -> Mode:
@@ -91,6 +126,12 @@ def _mode_for(config: Config, rule: CustomRule) -> Mode:
         if best is None or rank > best:
             best, mode = rank, override
     return mode
+
+
+def _chosen(match: Mapping[str, Any], key: str) -> frozenset[str] | None:
+    """A match condition as a set (None: absent, anything matches)."""
+    value = match.get(key)
+    return frozenset(value) if value is not None else None
 
 
 def _compiled(config: Config) -> tuple[_Compiled, ...]:
@@ -121,13 +162,65 @@ def _compiled(config: Config) -> tuple[_Compiled, ...]:
                 sort_keys=True,
             )
             digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
-            out.append(_Compiled(rule, default, per_team, digest))
+            match = rule.spec.get("match", {})
+
+            out.append(
+                _Compiled(
+                    rule,
+                    default,
+                    per_team,
+                    digest,
+                    targets=frozenset(match.get("targets", ())),
+                    operations=frozenset(match.get("operations", ())),
+                    teams=_chosen(match, "teams"),
+                    namespaces=_chosen(match, "namespaces"),
+                    labels=tuple((str(k), str(v)) for k, v in match.get("labels", {}).items()),
+                    classifications=_chosen(match, "classifications"),
+                    replicated_jobs=_chosen(match, "replicatedJobs") if match.get("replicatedJobs") else None,
+                    by_namespace=bool(
+                        admission is not None
+                        and admission.params is not None
+                        and admission.params.by_request_namespace
+                    ),
+                )
+            )
         return tuple(out)
 
     found: tuple[_Compiled, ...] = memoized(config, ("policy.custom.compiled",), build)
     return found
 
 
+def _by_target(config: Config) -> Mapping[str, tuple[_Compiled, ...]]:
+    """The rules that may judge each target (once per config): a CustomRule under the targets of
+    its match, a ValidatingAdmissionPolicy binding under every target (its constraints decide)."""
+
+    def build() -> Mapping[str, tuple[_Compiled, ...]]:
+        compiled = _compiled(config)
+        return {
+            target: tuple(c for c in compiled if c.rule.admission is not None or target in c.targets)
+            for target in _TARGETS
+        }
+
+    found: Mapping[str, tuple[_Compiled, ...]] = memoized(config, ("policy.custom.by-target",), build)
+    return found
+
+
+def _selects_namespaces(config: Config) -> bool:
+    """Whether a binding's or policy's namespaceSelector needs the namespace's labels."""
+
+    def build() -> bool:
+        return any(
+            isinstance(c, Mapping) and c.get("namespaceSelector")
+            for rule in config.custom_rules
+            if rule.admission is not None
+            for c in rule.admission.constraints
+        )
+
+    found: bool = memoized(config, ("policy.custom.namespace-selectors",), build)
+    return found
+
+
+_TARGETS = ("TrainJob", "MPIJob", "Runtime", "Pod")
 _OPTIONAL_INPUTS = ("oldObject", "request", "trainJob", "runtime", "replicatedJob", "team", "namespaceObject")
 _INPUT_NAME = re.compile(r"\b(" + "|".join(_OPTIONAL_INPUTS) + r")\b")
 
@@ -155,27 +248,6 @@ def custom_rule_meta(config: Config) -> Mapping[str, RuleMeta]:
 
     found: Mapping[str, RuleMeta] = memoized(config, ("policy.custom.meta",), build)
     return found
-
-
-def _matches(
-    rule: CustomRule,
-    target: str,
-    operation: str,
-    team: Team | None,
-    namespace: str,
-    labels: Mapping[str, str],
-    classification: str | None,
-) -> bool:
-    match = rule.spec.get("match", {})
-    if target not in match.get("targets", ()) or operation not in match.get("operations", ()):
-        return False
-    if match.get("teams") is not None and (team is None or team.name not in match["teams"]):
-        return False
-    if match.get("namespaces") is not None and namespace not in match["namespaces"]:
-        return False
-    if any(labels.get(k) != v for k, v in match.get("labels", {}).items()):
-        return False
-    return not (match.get("classifications") is not None and classification not in match["classifications"])
 
 
 def _team_value(team: Team | None, classification: str | None) -> dict[str, Any] | None:
@@ -234,6 +306,7 @@ def _admits(run: _Run, rule: CustomRule, kind: str, obj: Mapping[str, Any]) -> b
         "" if kind == "ClusterTrainingRuntime" else run.namespace,
         "" if pod else run.name,
         labels if isinstance(labels, dict) else {},
+        run.namespace_labels if kind != "ClusterTrainingRuntime" else None,
     )
 
 
@@ -249,8 +322,14 @@ class _Run:
     labels: Mapping[str, str]
     classification: str | None
     budget: Budget
+    #: the labels of the request's namespace as the cluster has them (for namespaceSelectors)
+    namespace_labels: Mapping[str, str] | None = None
+    #: the cost bound's n of the values every evaluation of the request shares
+    shared_size: int = 1
     #: rules whose configuration error (a binding's missing parameters) was reported already
     reported: set[str] = field(default_factory=set)
+    #: audit annotations of ValidatingAdmissionPolicies: "<policy>/<key>" -> distinct values
+    annotations: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _finding(rule: CustomRule, outcome: Outcome, path: str) -> Finding:
@@ -294,27 +373,38 @@ def _judge(
         else base
     )
     inputs: dict[bool, Inputs] = {}
-    for compiled in _compiled(run.config):
+    size = 0
+    selected = [
+        *_custom_selection(run, target, job),
+        *(c for c in _admission_rules(run.config) if _admits(run, c.rule, kind, base["object"])),
+    ]
+    batched: dict[int, list[tuple[CompiledPolicy, Outcome]]] | None = None
+    for compiled in selected:
         rule = compiled.rule
         admission = rule.admission is not None
-        if admission:
-            if not _admits(run, rule, kind, base["object"]):
+        if batched:
+            known = batched.get(id(compiled))
+            if known is not None:
+                for by, result in known:
+                    yield from _outcome_findings(run, rule, by, result, base, where, job, notes)
                 continue
-        elif not _matches(
-            rule, target, run.request.operation, run.team, run.namespace, run.labels, run.classification
-        ) or (
-            job is not None
-            and rule.spec["match"].get("replicatedJobs")
-            and job.name not in rule.spec["match"]["replicatedJobs"]
-        ):
-            continue
         values = admission_base if admission else base
         if admission not in inputs:
+            if not size:
+                # n of the shared values is measured once per request, the object's once per object
+                size = max(run.shared_size, input_size(base["object"]))
             try:
-                inputs[admission] = env.inputs(values)
+                inputs[admission] = env.inputs(values, size)
             except EvalError as exc:
                 yield Finding(rule.id, where, f"{rule.title}: {exc}", "", str(exc)[:100])
                 return
+        if not admission and batched is None:
+            batched = _batched(run, env, inputs[False], selected) if len(selected) > 1 else {}
+            known = batched.get(id(compiled))
+            if known is not None:
+                for by, result in known:
+                    yield from _outcome_findings(run, rule, by, result, base, where, job, notes)
+                continue
         policies = compiled.policies(run.team, run.namespace)
         binding = rule.admission
         missing = binding.params.missing(run.namespace) if binding is not None and binding.params else ""
@@ -326,18 +416,171 @@ def _judge(
             fail = rule.spec.get("failurePolicy", "Fail") == "Fail"
             outcomes.append((None, Outcome("error", message) if fail else Outcome("ignored-error", message)))
         for program in policies:
-            outcomes.extend((program, o) for o in program.evaluate(env, inputs[admission], run.budget))
+            found, annotations = program.evaluate_all(env, inputs[admission], run.budget)
+            outcomes.extend((program, o) for o in found)
+            if annotations and binding is not None:
+                for key, value in annotations:
+                    # dispatcher.go auditAnnotationCollector: per policy, distinct values joined
+                    values_seen = run.annotations.setdefault(f"{binding.policy}/{key}", [])
+                    if value not in values_seen:
+                        values_seen.append(value)
         for owner, outcome in outcomes:
-            if outcome.kind == "ignored-error":
-                notes.append(f"[{rule.id}] not evaluated (failurePolicy Ignore): {outcome.message}")
-                continue
-            paths = (
-                _blame(run, owner, outcome, values, where, job)
-                if owner is not None
-                else [where or "(object)"]
+            yield from _outcome_findings(run, rule, owner, outcome, values, where, job, notes)
+
+
+def _outcome_findings(
+    run: _Run,
+    rule: CustomRule,
+    owner: CompiledPolicy | None,
+    outcome: Outcome,
+    values: Mapping[str, Any],
+    where: str,
+    job: EffectiveJob | None,
+    notes: list[str],
+) -> Iterator[Finding]:
+    """The findings of one outcome of ``rule`` (``owner``: the program, None for a configuration
+    error), each at the paths it is blamed on; an ignored error is a note."""
+    if outcome.kind == "ignored-error":
+        notes.append(f"[{rule.id}] not evaluated (failurePolicy Ignore): {outcome.message}")
+        return
+    paths = _blame(run, owner, outcome, values, where, job) if owner is not None else [where or "(object)"]
+    for path in paths:
+        yield _finding(rule, outcome, path)
+
+
+def _batched(
+    run: _Run, env: Environment, inputs: Inputs, selected: list[_Compiled]
+) -> dict[int, list[tuple[CompiledPolicy, Outcome]]]:
+    """The outcomes of the CustomRules of ``selected`` evaluated as one program (a list of their
+    validations): one call into CEL per object instead of one per validation. Only rules without
+    match conditions; when the list fails (one expression's error fails it) or its cost bound
+    exceeds the per-call limit, its rules are evaluated one by one, as if it had not run — the
+    result is the same either way. Keyed by ``id`` of the rule (its compiled form)."""
+    plan = _batch_plan(run, env, selected)
+    if plan is None:
+        return {}
+    members, batch = plan
+    bound = batch.cost.at(inputs.size)
+    if bound > run.budget.per_call and any(
+        v.expression.program.cost.at(inputs.size) > run.budget.per_call
+        for _, programs in members
+        for p in programs
+        for v in p.validations
+    ):
+        return {}  # one of them is stopped on its own
+    trial = Budget(run.budget.remaining, float("inf"))
+    try:
+        results = batch.evaluate(inputs, trial)
+    except EvalError:
+        return {}
+    if not isinstance(results, list):  # pragma: no cover - a list literal is a list
+        return {}
+    run.budget.remaining = trial.remaining
+    out: dict[int, list[tuple[CompiledPolicy, Outcome]]] = {}
+    position = 0
+    for compiled, programs in members:
+        found: list[tuple[CompiledPolicy, Outcome]] = []
+        for program in programs:
+            for validation in program.validations:
+                result = results[position]
+                position += 1
+                if result is not True:
+                    outcome = program.judged(inputs, validation, result, run.budget)
+                    if outcome is not None:
+                        found.append((program, outcome))
+        out[id(compiled)] = found
+    return out
+
+
+_MAX_CACHED = 4096  # selections and batches kept per config (beyond: computed per request)
+
+
+def _cache(config: Config, name: str) -> dict[Any, Any]:
+    found: dict[Any, Any] = memoized(config, (name,), dict)
+    return found
+
+
+def _custom_selection(run: _Run, target: str, job: EffectiveJob | None) -> tuple[_Compiled, ...]:
+    """The CustomRules whose match selects ``target`` of this request, once per distinct request
+    shape (target, operation, team, namespace, classification, replicated job, the labels rules
+    name)."""
+    config = run.config
+    rules = [c for c in _by_target(config)[target] if c.rule.admission is None]
+    label_keys = _label_keys(config)
+    key = (
+        target,
+        run.request.operation,
+        run.team.name if run.team is not None else None,
+        run.namespace,
+        run.classification,
+        job.name if job is not None else None,
+        tuple(run.labels.get(k) for k in label_keys),
+    )
+    cache = _cache(config, "policy.custom.selections")
+    found: tuple[_Compiled, ...] | None = cache.get(key)
+    if found is None:
+        found = tuple(
+            c
+            for c in rules
+            if c.applies(
+                target, run.request.operation, run.team, run.namespace, run.labels, run.classification, job
             )
-            for path in paths:
-                yield _finding(rule, outcome, path)
+        )
+        if len(cache) < _MAX_CACHED:
+            cache[key] = found
+    return found
+
+
+def _label_keys(config: Config) -> tuple[str, ...]:
+    def build() -> tuple[str, ...]:
+        return tuple(sorted({k for c in _compiled(config) for k, _ in c.labels}))
+
+    found: tuple[str, ...] = memoized(config, ("policy.custom.label-keys",), build)
+    return found
+
+
+def _admission_rules(config: Config) -> tuple[_Compiled, ...]:
+    def build() -> tuple[_Compiled, ...]:
+        return tuple(c for c in _compiled(config) if c.rule.admission is not None)
+
+    found: tuple[_Compiled, ...] = memoized(config, ("policy.custom.admission",), build)
+    return found
+
+
+_Plan = tuple[tuple[tuple["_Compiled", tuple[CompiledPolicy, ...]], ...], Program]
+
+
+def _batch_plan(run: _Run, env: Environment, selected: list[_Compiled]) -> _Plan | None:
+    """The programs of ``selected`` judged together and their list program, once per config, team
+    and set of rules (compiled on first use; None: fewer than two)."""
+    team = run.team.name if run.team is not None else None
+    rules = tuple(c for c in selected if c.rule.admission is None)
+    key = (team, tuple(id(c) for c in rules))
+    cache = _cache(run.config, "policy.custom.batches")
+    if key in cache:
+        found: _Plan | None = cache[key]
+        return found
+    members = tuple(
+        (c, tuple(c.policies(run.team, run.namespace)))
+        for c in rules
+        if all(
+            not p.match_conditions and not p.audit_annotations for p in c.policies(run.team, run.namespace)
+        )
+    )
+    plan: _Plan | None = None
+    if len(members) > 1:
+        source = (
+            "["
+            + ", ".join(v.expression.program.source for _, ps in members for p in ps for v in p.validations)
+            + "]"
+        )
+        try:
+            plan = (members, env.compile(source, limit_length=False))
+        except CompileError:  # pragma: no cover - each part compiled on its own
+            plan = None
+    if len(cache) < _MAX_CACHED:
+        cache[key] = plan
+    return plan
 
 
 def _field_path(template: str, index: tuple[str, int] | None) -> list[str | int]:
@@ -439,13 +682,19 @@ def custom_findings(
     resolution: Resolution | None,
     runtime: Mapping[str, Any] | None,
     notes: list[str],
+    today: dt.date | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> list[Finding]:
     """Every custom rule's findings on ``obj`` (a TrainJob, MPIJob or runtime) and, when
     ``resolution`` is given, on each of its effective pods. Errors the failure policy ignores become
-    ``notes`` (warnings)."""
+    ``notes`` (warnings); the ValidatingAdmissionPolicies' audit annotations are added to
+    ``annotations`` (``<policy>/<key>``: the value, distinct values joined with ``, ``). ``today``
+    decides the Pod Security labels of the namespace (its exceptions) for namespaceSelectors."""
     if not config.custom_rules:
         return []
     run = _Run(config, request, team, namespace, name, labels, classification, Budget())
+    if namespace and _selects_namespaces(config):
+        run.namespace_labels = _namespace_labels(config, namespace, today or dt.datetime.now(dt.UTC).date())
     reads = _reads(config)
     plain = thaw(obj)
     # request is always built: a pod's ValidatingAdmissionPolicy request is derived from it
@@ -458,9 +707,12 @@ def custom_findings(
         shared["runtime"] = thaw(runtime) if runtime is not None else (plain if target == "Runtime" else None)
     if "namespaceObject" in reads:
         shared["namespaceObject"] = {"metadata": {"name": namespace}} if namespace else None
+    # n of what every evaluation shares (the admission request of a pod is no larger)
+    run.shared_size = input_size(shared)
     first = {**shared, "object": plain}
     if "oldObject" in reads and old is not None:
         first["oldObject"] = thaw(old)
+        run.shared_size = max(run.shared_size, input_size(first["oldObject"]))
     out = list(_judge(run, target, first, "", None, notes))
     if resolution is not None:
         root = f"runtime {resolution.runtime_name}: " if target == "Runtime" else ""
@@ -469,4 +721,22 @@ def custom_findings(
             if "replicatedJob" in reads:
                 base["replicatedJob"] = _replicated(job)
             out.extend(_judge(run, "Pod", base, root, job, notes))
+    if annotations is not None:
+        for key, values in run.annotations.items():
+            annotations[key] = ", ".join(values)
     return out
+
+
+def _namespace_labels(config: Config, namespace: str, today: dt.date) -> Mapping[str, str]:
+    """The namespace's labels in the cluster (render's Namespace objects): once per config and day
+    for a team's namespaces; a namespace of no team has only its name label."""
+    from mpigate.render.context import namespace_labels
+
+    if config.team_for_namespace(namespace) is None:
+        return namespace_labels(config, namespace, today)
+
+    def build() -> Mapping[str, str]:
+        return namespace_labels(config, namespace, today)
+
+    found: Mapping[str, str] = memoized(config, ("policy.custom.namespace-labels", namespace, today), build)
+    return found

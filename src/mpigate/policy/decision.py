@@ -226,6 +226,9 @@ class Decision:
     exceptions: tuple[AppliedException, ...] = ()
     demand: Demand | None = None
     message: str = ""
+    #: the ValidatingAdmissionPolicies' auditAnnotations (``<policy>/<key>``, value), as the API
+    #: server would add them to its audit event; mpigate writes them into its audit record
+    audit_annotations: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def bare(
@@ -278,4 +281,5 @@ class Decision:
             "patch": [dict(p) for p in self.patch],
             "exceptions": [e.to_dict() for e in self.exceptions],
             "demand": self.demand.to_dict() if self.demand else None,
+            **({"auditAnnotations": dict(self.audit_annotations)} if self.audit_annotations else {}),
         }

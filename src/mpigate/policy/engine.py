@@ -362,6 +362,7 @@ def _trainjob(
         findings.append(forged)
 
     notes: list[str] = []
+    annotations: dict[str, str] = {}
     if old is not None:
         # UPDATE judges the whole new object; only a finding identical to one of the stored object
         # (same rule, path, message and value) is grandfathered — a condition that predates the
@@ -402,6 +403,8 @@ def _trainjob(
             resolution=ctx.resolution,
             runtime=runtime.manifest if runtime is not None else None,
             notes=notes,
+            today=now.astimezone(dt.UTC).date() if now.tzinfo else now.date(),
+            annotations=annotations,
         )
     )
     if ctx.resolution is not None:
@@ -424,6 +427,7 @@ def _trainjob(
         now,
         classification_controls=ctx.classification.controls if ctx.classification else (),
         notes=notes,
+        annotations=annotations,
     )
 
 
@@ -840,6 +844,7 @@ def _runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> Decis
     if request.operation in ("DELETE", "CONNECT"):
         return _audited(config, request, namespace, name, team)
     findings, notes = _runtime_findings(config, request, obj, namespace_opt, name)
+    annotations: dict[str, str] = {}
     if request.operation == "UPDATE" and is_mapping(request.old_obj):
         old_findings, _ = _runtime_findings(config, request, request.old_obj, namespace_opt, name)
         before = {f.identity for f in old_findings}
@@ -859,6 +864,8 @@ def _runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> Decis
             resolution=resolve_runtime(obj),
             runtime=obj,
             notes=notes,
+            today=now.astimezone(dt.UTC).date() if now.tzinfo else now.date(),
+            annotations=annotations,
         )
     )
     exceptions = config.exceptions_for(team.name) if team else ()
@@ -875,6 +882,7 @@ def _runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> Decis
         labels_of(obj),
         now,
         notes=notes,
+        annotations=annotations,
     )
 
 
@@ -933,6 +941,7 @@ def _decide(
     *,
     classification_controls: tuple[str, ...] = (),
     notes: Iterable[str] = (),
+    annotations: Mapping[str, str] | None = None,
 ) -> Decision:
     rules = all_rules()
     custom = custom_rule_meta(config)
@@ -1010,6 +1019,7 @@ def _decide(
         exceptions=tuple(applied.values()),
         demand=demand,
         message=message,
+        audit_annotations=tuple(sorted(annotations.items())) if annotations else (),
     )
 
 

@@ -14,15 +14,18 @@ from typing import Any
 
 from mpigate.catalogue import all_rules
 from mpigate.config import Config, thaw
+from mpigate.config.admission import NAMESPACE_NAME_LABEL
 from mpigate.config.model import EgressRule, Persona, Team
 
 __all__ = [
     "AUXILIARY_PODS_PER_JOB",
     "CLUSTER_READABLE",
     "LABELS",
+    "MANAGED_BY",
     "MPIGATE",
     "PSS_LEVELS",
     "build_context",
+    "namespace_labels",
     "pod_security_levels",
     "region_flavor_name",
     "team_context",
@@ -34,6 +37,8 @@ AUXILIARY_PODS_PER_JOB = 3
 
 PSS_LEVELS = ("privileged", "baseline", "restricted")
 
+# the value of app.kubernetes.io/managed-by on everything mpigate renders
+MANAGED_BY = "mpigate"
 LABELS = {
     "team": "mpigate.io/team",
     "managed_by": "app.kubernetes.io/managed-by",
@@ -103,8 +108,12 @@ def pod_security_levels(config: Config, team: Team, namespace: str, today: dt.da
         if exc.namespaces is not None and namespace not in exc.namespaces:
             continue
         for rule_id in sorted(exc.rule_ids):
-            info = all_rules()[rule_id]
-            if info.pss_level is not None and PSS_LEVELS.index(info.pss_level) <= ceiling:
+            entry = all_rules().get(rule_id)  # None: a custom or library rule
+            if (
+                entry is not None
+                and entry.pss_level is not None
+                and PSS_LEVELS.index(entry.pss_level) <= ceiling
+            ):
                 relaxed.setdefault(rule_id, f"PolicyException {exc.name}")
     enforce = ceiling
     for rule_id in relaxed:
@@ -118,6 +127,24 @@ def pod_security_levels(config: Config, team: Team, namespace: str, today: dt.da
         "version": config.org.security.version,
         "relaxed": [{"rule": k, "why": v} for k, v in sorted(relaxed.items())],
     }
+
+
+def namespace_labels(config: Config, namespace: str, today: dt.date) -> dict[str, str]:
+    """The labels of ``namespace`` in the cluster: those ``mpigate render`` gives a team namespace
+    (templates/team/namespaces.yaml.j2: the team and the Pod Security levels) and the
+    ``kubernetes.io/metadata.name`` label the API server sets on every namespace — what a
+    ValidatingAdmissionPolicy's namespaceSelector sees. A namespace of no team has only its name."""
+    labels = {NAMESPACE_NAME_LABEL: namespace}
+    team = config.team_for_namespace(namespace)
+    if team is None:
+        return labels
+    levels = pod_security_levels(config, team, namespace, today)
+    labels[LABELS["managed_by"]] = MANAGED_BY
+    labels[LABELS["team"]] = team.name
+    for mode in ("enforce", "audit", "warn"):
+        labels[f"pod-security.kubernetes.io/{mode}"] = levels[mode]
+        labels[f"pod-security.kubernetes.io/{mode}-version"] = levels["version"]
+    return labels
 
 
 def _egress(rules: Iterable[EgressRule], source: str) -> list[dict[str, Any]]:

@@ -107,6 +107,10 @@ def compile_rule(spec: Any, params: Any) -> Any:
         failure_policy=spec.get("failurePolicy", "Fail"),
         params=thaw(params),
         base=("spec",),
+        # a ValidatingAdmissionPolicy's (a CustomRule has none)
+        audit_annotations=[
+            (str(a["key"]), str(a["valueExpression"])) for a in spec.get("auditAnnotations") or ()
+        ],
     )
 
 
