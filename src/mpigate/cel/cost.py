@@ -298,19 +298,30 @@ def input_size(value: Any, limit: int = 1 << 30) -> int:
     """The ``n`` of :class:`Cost` for ``value``: the size of its longest list or map, or a tenth of
     its longest string (cel-go charges 0.1 per character where it charges 1 per element), so that a
     pod's image names do not count as long as its containers list in every comprehension."""
+    # the engine measures every effective pod: plain comparisons, no calls but the list's own
     largest = 1
+    longest_text = largest * _STRING_FACTOR
     stack = [value]
+    pop = stack.pop
+    extend = stack.extend
     while stack:
-        item = stack.pop()
+        item = pop()
         kind = type(item)
         if kind is dict:
-            largest = max(largest, len(item))
-            stack.extend(item.values())
+            if len(item) > largest:
+                largest = len(item)
+                longest_text = largest * _STRING_FACTOR
+            extend(item.values())
         elif kind is list:
-            largest = max(largest, len(item))
-            stack.extend(item)
-        elif kind is str:
-            largest = max(largest, -(-len(item) // _STRING_FACTOR))
+            if len(item) > largest:
+                largest = len(item)
+                longest_text = largest * _STRING_FACTOR
+            extend(item)
+        elif kind is str and len(item) > longest_text:
+            largest = -(-len(item) // _STRING_FACTOR)
+            longest_text = largest * _STRING_FACTOR
+        else:
+            continue
         if largest >= limit:
             break
     return largest

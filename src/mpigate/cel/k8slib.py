@@ -74,17 +74,29 @@ def _fraction_text(value: Fraction) -> str:
 
 
 def _quantity_value(q: Any) -> Fraction:
-    return Fraction(q.value)
+    return _fraction(q.value)
+
+
+@lru_cache(maxsize=4096)
+def _fraction(text: str) -> Fraction:
+    # a rule reads the same few quantities of every pod again and again: parse each text once
+    return Fraction(text)
 
 
 def _to_quantity(text: str) -> Any:
     # resource.ParseQuantity: no surrounding space, the regular expression of quantity.go
     if not isinstance(text, str) or not _QUANTITY_TEXT.match(text):
         raise ValueError(f"quantities must match the regular expression '{_QUANTITY_TEXT.pattern}'")
+    return _new("kubernetes.Quantity", _quantity_text(text))
+
+
+@lru_cache(maxsize=4096)
+def _quantity_text(text: str) -> str:
+    """The exact value of a valid quantity's text, as ``numerator/denominator`` (once per text)."""
     # Imported here: importing mpigate.config loads its custom-rule checks, which import mpigate.cel.
     from mpigate.config.units import parse_quantity
 
-    return _new("kubernetes.Quantity", _fraction_text(parse_quantity(text)))
+    return _fraction_text(parse_quantity(text))
 
 
 def _is_quantity(text: str) -> bool:

@@ -636,11 +636,15 @@ def _blamed_items(
     pod = base["object"]
     spec = pod.get("spec") or {}
     out: list[tuple[str, int, str]] = []
+    # a narrowed pod is no larger than the pod: its n is measured once
+    size = max(run.shared_size, input_size(pod))
 
     def violates(items: list[Any], list_field: str) -> bool:
         narrowed = {**pod, "spec": {**spec, list_field: items}}
         try:
-            verdict = policy.check(env, env.inputs({**base, "object": narrowed}), validation, run.budget)
+            verdict = policy.check(
+                env, env.inputs({**base, "object": narrowed}, size), validation, run.budget
+            )
         except EvalError:
             return False
         return verdict is not None and verdict.kind == "violation"
