@@ -330,9 +330,17 @@ PAGES: dict[str, Page] = {
     "MPG-Q005": Page(
         what="The Kueue queue label `kueue.x-k8s.io/queue-name` must name one of the team's "
         "LocalQueues. When "
-        "it is absent, mpigate sets the team's default queue on CREATE.",
-        why="A job in another team's queue would consume that team's quota.",
-        fix="Remove the label (mpigate sets the default) or use one of the queues the message lists.",
+        "it is absent, mpigate sets the team's default queue on CREATE. Every TrainJob of a team "
+        "namespace is also created with `spec.suspend: true` (mpigate sets it): Kueue un-suspends "
+        "it when the team's ClusterQueue admits it. Kueue's own defaulter suspends only jobs that "
+        "already carry the queue label when it runs, and the API server runs it before mpigate's "
+        "(mutating webhook configurations run in name order: `defaulter.trainer.kubeflow.org`, "
+        "`kueue-mutating-webhook-configuration`, `mpigate`); a CREATE that reaches validation "
+        "unsuspended (the mutation was skipped or undone) is refused.",
+        why="A job in another team's queue would consume that team's quota; a job stored "
+        "unsuspended starts at once, outside the team's quota and flavors, until Kueue stops it.",
+        fix="Remove the label (mpigate sets the default) or use one of the queues the message lists; "
+        "leave `spec.suspend` to mpigate and Kueue.",
         example=Example(file="examples/trainjobs/deny-other-team-queue.yaml"),
         extra=("minimal",),
     ),

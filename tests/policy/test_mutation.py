@@ -39,6 +39,7 @@ def test_defaults_and_patch_order(org: Config) -> None:
     assert [(p["op"], p["path"]) for p in decision.patch] == [
         ("add", "/metadata/labels/kueue.x-k8s.io~1queue-name"),
         ("add", "/metadata/labels/kueue.x-k8s.io~1priority-class"),
+        ("add", "/spec/suspend"),
         ("add", "/spec/activeDeadlineSeconds"),
         ("add", "/spec/runtimePatches"),
     ]
@@ -51,12 +52,13 @@ def test_defaults_and_patch_order(org: Config) -> None:
         "spec": {"nodeSelector": {"topology.kubernetes.io/region": "eu-west-1"}},
     }
     assert out["spec"]["activeDeadlineSeconds"] == 86400
+    assert out["spec"]["suspend"] is True
 
 
 def test_existing_labels_and_deadline_are_kept(org: Config) -> None:
     decision = decide(org, read("trainjobs/cv-large.yaml"))
     paths = [p["path"] for p in decision.patch]
-    assert paths == ["/spec/runtimePatches"]
+    assert paths == ["/spec/suspend", "/spec/runtimePatches"]
 
 
 def test_mutation_is_idempotent_on_every_example(org: Config) -> None:

@@ -2,6 +2,14 @@
 
 * TrainJob labels: ``kueue.x-k8s.io/queue-name`` (the team's default LocalQueue) and
   ``kueue.x-k8s.io/priority-class`` (the team's default) when absent (MPG-Q005, MPG-Q006);
+* ``spec.suspend: true`` for every job of a team namespace (MPG-Q005): Kueue un-suspends it when
+  its ClusterQueue admits it. Kueue's own TrainJob defaulter suspends a job only when the queue
+  label is already present when it runs (``jobframework.WorkloadShouldBeSuspended``, called from
+  ``(*TrainJobWebhook).Default`` in Kueue's pkg/controller/jobs/trainjob/trainjob_webhook.go), and
+  the API server calls it *before* mpigate (mutating webhook configurations run in name order:
+  ``defaulter.trainer.kubeflow.org``, ``kueue-mutating-webhook-configuration``, ``mpigate``) and
+  never again (its reinvocationPolicy is ``Never``). Without this, a job whose label mpigate adds
+  would be stored running, outside the team's quota, until Kueue's reconciler stopped it;
 * ``spec.activeDeadlineSeconds``: the org's default runtime when absent (MPG-LIFE-001);
 * ``spec.trainer.image``: the configured mirror, for an image the allow-list admits upstream
   (MPG-IMG-001) — the only patchable image field;
@@ -57,6 +65,8 @@ def mutate(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | None) -> 
 
     if team is not None:
         default_labels(ctx, metadata)
+        if spec.get("suspend") is not True:
+            spec["suspend"] = True
 
     default_runtime = config.org.lifecycle.default_runtime_seconds
     if "activeDeadlineSeconds" not in spec and default_runtime:

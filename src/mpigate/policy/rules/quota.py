@@ -151,6 +151,19 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
             f"queue {queue} is not one of {team.name}'s queues",
         )
 
+    # MPG-Q005: created suspended, so that nothing runs before Kueue admits it (mpigate's mutation
+    # sets it; a CREATE that reaches validation without it skipped or undid that mutation).
+    if ctx.operation == "CREATE" and ctx.spec.get("suspend") is not True:
+        yield Finding(
+            "MPG-Q005",
+            "spec.suspend",
+            f"is not true: the job would start before Kueue admits it into {team.name}'s queue, "
+            "outside the team's quota and flavors.",
+            "Create the TrainJob with spec.suspend: true (mpigate's mutating webhook sets it); Kueue "
+            "un-suspends it when its ClusterQueue admits it.",
+            "created without spec.suspend: true",
+        )
+
     # MPG-Q006: priority class the team may use.
     priority = ctx.labels.get(PRIORITY_LABEL)
     if priority is not None and priority not in team.priority_classes:
