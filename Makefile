@@ -32,7 +32,7 @@ INPUT_LIST := build/.input-files
 $(shell mkdir -p build && new=$$(mktemp build/.input-files.XXXXXX) && \
   printf '%s\n' $(sort $(COMPILED_INPUTS)) > "$$new" && \
   if cmp -s "$$new" $(INPUT_LIST); then rm -f "$$new"; else mv -f "$$new" $(INPUT_LIST); fi)
-COMPILED_TESTS ?= tests/policy tests/trainjob tests/admission/test_examples.py \
+COMPILED_TESTS ?= tests/policy tests/trainjob tests/kueue/test_model.py tests/admission/test_examples.py \
   tests/admission/test_review.py tests/admission/test_fuzz.py tests/admission/test_server.py \
   tests/test_catalogue.py tests/test_build.py tests/audit/test_records.py
 

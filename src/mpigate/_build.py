@@ -19,6 +19,7 @@ __all__ = ["COMPILED", "compiled", "module_builds"]
 # What the wheel's mypyc hook compiles (pyproject.toml: tool.hatch.build.targets.wheel.hooks.mypyc).
 COMPILED = (
     "mpigate.trainjob",
+    "mpigate.kueue",
     "mpigate.policy",
     "mpigate.catalogue",
     "mpigate.admission.review",
