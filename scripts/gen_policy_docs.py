@@ -55,6 +55,7 @@ class Page:
     example: Example
     notes: str = ""
     extra: tuple[str, ...] = field(default_factory=tuple)
+    more: tuple[Example, ...] = field(default_factory=tuple)
 
 
 def trainjob(
@@ -282,24 +283,40 @@ PAGES: dict[str, Page] = {
         example=Example(file="examples/trainjobs/deny-unmanaged-namespace.yaml"),
     ),
     "MPG-Q001": Page(
-        what="The job's GPU demand, per GPU resource, must fit what the team can *ever* be "
-        "admitted: Σ over its "
-        "flavors of `nominal + borrowingLimit`. Demand is counted as Kueue counts it: every pod of every "
-        "replicated job (launcher, nodes, initializers) with its per-pod GPUs. With `runLauncherAsNode`, "
+        what="Kueue must be able to admit the job into the team's ClusterQueue at all: mpigate runs "
+        "Kueue's own admission arithmetic (`mpigate.kueue`, mirroring Kueue v0.19.2's "
+        "`potentialAvailable` and flavor assigner) on the ClusterQueue as it renders it, on an empty "
+        "cluster. Every covered resource counts — GPUs, `cpu`, `memory` and `pods` —, each pod set "
+        "(replicated job) gets **one** flavor per resource group (two 8-GPU flavors do not make a "
+        "16-GPU pod set), earlier pod sets' share counts against later ones, borrowing reaches only as "
+        "far as the cohort can actually lend (other teams' quota minus their `lendingLimit`; a "
+        "`borrowingLimit` with no lender adds nothing), pods must match a flavor's node labels, and a "
+        "resource no resource group covers (`ephemeral-storage`, a GPU type without a flavor) makes "
+        "the job inadmissible (Kueue's default `quotaCheckStrategy: BlockUndeclared`). Requests are "
+        "counted as Kueue counts them: limits stand in for missing requests, and a container that "
+        "requests no `cpu`/`memory` is counted at the namespace LimitRange's default (500m, 1Gi) — "
+        "even when it states a limit. Pod counts follow Trainer: with `runLauncherAsNode`, "
         "`numNodes: N` runs 1 launcher + max(N−1, 1) nodes, all with `resourcesPerNode`.",
-        why="Kueue never rejects at submission: a job larger than the team's ceiling would wait in the queue "
-        "forever. mpigate says so at `kubectl apply` time, with the numbers.",
-        fix="Lower `spec.trainer.numNodes` (the message says to what) or GPUs per node, or ask the team's "
-        "contact to raise the quota in `quotas/<team>.yaml`.",
+        why="Kueue never rejects at submission: a job that no flavor assignment can ever fit waits in "
+        "the queue forever (Kueue reports it as `NoFit`). mpigate says so at `kubectl apply` time, with "
+        "the numbers Kueue uses.",
+        fix="Lower `spec.trainer.numNodes` (the message says to what) or the resources per node, drop "
+        "requests for uncovered resources, or ask the team's contact to raise the quota in "
+        "`quotas/<team>.yaml`.",
         example=Example(file="examples/trainjobs/deny-over-quota.yaml"),
+        more=(
+            Example(file="examples/trainjobs/deny-cpu-over-quota.yaml"),
+            Example(file="examples/trainjobs/deny-uncovered-resource.yaml"),
+        ),
     ),
     "MPG-Q002": Page(
         what="`spec.trainer.numNodes` (or the runtime's `mlPolicy.numNodes` when the job omits it) "
         "must not exceed "
         "the team's `maxNodesPerJob`.",
-        why="Very wide jobs fragment the cluster and are the first to be preempted; the limit is an "
-        "agreement "
-        "between the team and the platform.",
+        why="Very wide jobs fragment the cluster, hold many nodes while their gang starts and take "
+        "long to schedule; the limit is an agreement between the team and the platform. (Width does "
+        "not decide preemption: Kueue preempts other teams' borrowed jobs before the team's own, lower "
+        "priority first, then the most recently admitted.)",
         fix="Use fewer, fuller nodes (more GPUs per pod), or ask for a higher `maxNodesPerJob`.",
         example=Example(file="examples/trainjobs/deny-too-many-nodes.yaml"),
     ),
@@ -364,10 +381,17 @@ PAGES: dict[str, Page] = {
         example=Example(file="examples/trainjobs/queue-full.yaml", args=("--active-jobs", "5")),
     ),
     "MPG-Q008": Page(
-        what="On CREATE, with live usage from Kueue (`status.flavorsReservation`), warn when the "
-        "job does not fit "
-        "the team's free quota right now, with the expected wait.",
-        why="Users otherwise see a silent `Pending`; the warning says how many GPUs must free up first.",
+        what="On CREATE, with live usage from Kueue (`status.flavorsReservation` of the team's "
+        "ClusterQueue and of every other queue of its cohort), warn when Kueue could not admit the "
+        "job right now, saying how much more of which flavor must free up: the same flavor "
+        "assignment as MPG-Q001, with Kueue's `available` (own unused quota plus what the cohort can "
+        "lend now) instead of `potentialAvailable`.",
+        why="Users otherwise see a silent `Pending`; the warning says what must free up first. It is a "
+        "lower bound, not a forecast: Kueue may preempt lower-priority jobs of the team "
+        "(`withinClusterQueue: LowerPriority`) and take back quota the team lent to its cohort "
+        "(`reclaimWithinCohort: Any`), but never preempts to borrow (`borrowWithinCohort: Never`; with "
+        "fair sharing on, jobs of teams over their fair share can be preempted); with "
+        "`BestEffortFIFO` smaller jobs queued later may start first.",
         fix="Nothing is required: Kueue admits the job later. Ask for fewer GPUs to start sooner.",
         example=Example(file="examples/trainjobs/queue-full.yaml", args=("--gpus-in-use", "a100-eu=12")),
         notes="Advisory in the catalogue: `enforce` acts as `warn`.",
@@ -698,6 +722,9 @@ def render(info: RuleInfo, page: Page, tmp: Path, baseline: Path) -> str:
     if shown is not None:
         lines += ["```yaml", shown.rstrip(), "```", ""]
     lines += ["```console", command, output.rstrip(), "```", ""]
+    for example in page.more:
+        command, output, _ = run_explain(example, tmp, baseline)
+        lines += ["```console", command, output.rstrip(), "```", ""]
     for name in page.extra:
         mutation = Example(file=f"examples/trainjobs/{name}.yaml", show_patch=True)
         command, output, _ = run_explain(mutation, tmp, baseline)

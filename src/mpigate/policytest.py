@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpigate.config import Config, parse_file, thaw
+from mpigate.config import Config, parse_file, parse_quantity, thaw
 from mpigate.config.model import PolicyTestSuite
+from mpigate.config.queueing import kueue_amount
 from mpigate.policy import AdmissionInput, Decision, LiveContext, UserInfo, evaluate
 from mpigate.policy.jsonpatch import JsonPatchError, apply_patch, resolve_pointer, unescape
 
@@ -122,9 +123,21 @@ def run_case(
     live_spec = case.get("live")
     live = None
     if isinstance(live_spec, Mapping):
+        usage = live_spec.get("queueUsage")
         live = LiveContext(
             active_jobs=live_spec.get("activeJobs"),
             gpus_in_use=dict(live_spec["gpusInUse"]) if "gpusInUse" in live_spec else None,
+            queue_usage=(
+                {
+                    queue: {
+                        flavor: {r: kueue_amount(r, parse_quantity(q)) for r, q in resources.items()}
+                        for flavor, resources in flavors.items()
+                    }
+                    for queue, flavors in usage.items()
+                }
+                if isinstance(usage, Mapping)
+                else None
+            ),
             source="the test case",
         )
     when = now or (parse_time(suite.now) if suite.now else None)

@@ -140,9 +140,9 @@ def test_denial_text_as_kubectl_prints_it(client: ReviewClient) -> None:
     result = replay(client, obj)
     assert result.message == (
         "mpigate denied TrainJob nlp-team/llm-pretrain-huge:\n"
-        "  [MPG-Q001] spec.trainer: asks 32 nvidia.com/gpu (4 nodes × 8 GPUs) but nlp-team can use at "
-        "most 16 (nominal 16 + borrowing 0 on a100-eu). Set spec.trainer.numNodes to 2 or fewer, or ask "
-        "#nlp-admins to raise quotas/nlp-team.yaml."
+        "  [MPG-Q001] spec.trainer: asks 32 nvidia.com/gpu (4 nodes × 8 GPUs) but Kueue can admit at most "
+        "16 for nlp-team (a100-eu: nominal 16, no borrowing); it would never admit the job. Set "
+        "spec.trainer.numNodes to 2 or fewer, or ask #nlp-admins to raise quotas/nlp-team.yaml."
     )
 
 

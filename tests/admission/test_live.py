@@ -18,7 +18,7 @@ import yaml
 
 from mpigate.admission.client import make_review
 from mpigate.admission.kube import KubeClient, KubeConfig, KubeConfigError, in_cluster_config, load_kubeconfig
-from mpigate.admission.live import KubeLiveSource, TrainJobCache, queue_usage
+from mpigate.admission.live import KubeLiveSource, TrainJobCache, reservations
 from mpigate.admission.service import ServiceSettings
 from mpigate.config import load
 from mpigate.policy.decision import AdmissionInput
@@ -44,11 +44,13 @@ def job(ns: str, name: str, finished: str | None = None) -> dict[str, Any]:
     return obj
 
 
-def cluster_queue(name: str, nominal: int, borrowing: int, reserved: int) -> dict[str, Any]:
+def cluster_queue(
+    name: str, nominal: int, borrowing: int, reserved: int, cohort: str | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ClusterQueue",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {"mpigate.io/cohort": cohort} if cohort else {}},
         "spec": {
             "resourceGroups": [
                 {
@@ -100,6 +102,9 @@ def seed(kmock: kmock_lib.KubernetesEmulator) -> None:
         "spec": {"clusterQueue": "alpha-cq"},
     }
     kmock.objects[CQ, None, "alpha-cq"] = cluster_queue("alpha-cq", nominal=8, borrowing=4, reserved=6)
+    kmock.objects[CQ, None, "lender"] = cluster_queue(
+        "lender", nominal=8, borrowing=0, reserved=3, cohort="pool"
+    )
 
 
 async def test_cache_counts_active_jobs_and_follows_the_watch(
@@ -183,16 +188,15 @@ async def test_cache_reports_api_errors_and_is_not_trusted_until_listed(
         await cache.stop()
 
 
-def test_queue_usage_reads_gpu_quota_and_reservation_per_flavor() -> None:
-    usage = queue_usage(cluster_queue("cq", nominal=16, borrowing=0, reserved=15), lambda f: "nvidia.com/gpu")
-    assert (usage.cluster_queue, dict(usage.nominal), dict(usage.borrowing), dict(usage.in_use)) == (
-        "cq",
-        {"gpu-eu": 16},
-        {"gpu-eu": 0},
-        {"gpu-eu": 15},
-    )
-    empty = queue_usage({"metadata": {"name": "x"}, "spec": {"resourceGroups": []}}, lambda f: None)
-    assert dict(empty.in_use) == {} and dict(empty.nominal) == {}
+def test_reservations_per_flavor_and_resource_in_kueue_units() -> None:
+    assert reservations(cluster_queue("cq", nominal=16, borrowing=0, reserved=15)) == {
+        "gpu-eu": {"cpu": 10_000, "nvidia.com/gpu": 15}  # cpu in milli, as Kueue counts it
+    }
+    assert reservations({"metadata": {"name": "x"}, "spec": {"resourceGroups": []}}) == {}
+    broken = {
+        "status": {"flavorsReservation": [{"name": "f", "resources": [{"name": "cpu", "total": "x"}]}, 7]}
+    }
+    assert reservations(broken) == {}
 
 
 def request_for(obj: dict[str, Any]) -> AdmissionInput:
@@ -212,7 +216,12 @@ async def test_live_source_fills_the_context_from_cache_and_clusterqueue(
         assert live is not None
         assert live.active_jobs == 1
         assert dict(live.gpus_in_use or {}) == {"gpu-eu": 6}
-        assert dict(live.nominal or {}) == {"gpu-eu": 8} and dict(live.borrowing or {}) == {"gpu-eu": 4}
+        # The job's ClusterQueue (alpha-cq, through its LocalQueue) is the team's; the other queues of
+        # its cohort come from one LIST by the mpigate.io/cohort label.
+        assert live.queue_usage == {
+            "alpha": {"gpu-eu": {"cpu": 10_000, "nvidia.com/gpu": 6}},
+            "lender": {"gpu-eu": {"cpu": 10_000, "nvidia.com/gpu": 3}},
+        }
         assert live.unavailable_reason is None and live.source == "cluster (ClusterQueue alpha-cq)"
         # Unmanaged namespaces and runtimes get no live context.
         other = trainjob()
@@ -391,7 +400,8 @@ async def test_runtimes_approved_as_external_are_read_from_the_cluster(
             4,
             12,
             True,
-            "[MPG-Q008] nlp-team uses 12/16 GPUs; this job asks 16 and will wait for 12 to free",
+            "[MPG-Q008] nlp-team needs 12 more free GPUs of flavor a100-eu; borrowing, preemption and queue "
+            "order can change this",
         ),
         (4, 0, True, None),
     ],

@@ -12,6 +12,7 @@ import pytest
 
 from mpigate.config import ConfigError, check_tree, is_config_tree, load
 from mpigate.config.discovery import discover
+from mpigate.config.queueing import queue_view
 from tests.conftest import FIXTURES, REPO, TODAY
 
 BASE = FIXTURES / "config" / "base"
@@ -30,9 +31,10 @@ def test_team_lookup_by_namespace(config) -> None:
 
 def test_quota_arithmetic(config) -> None:
     alpha = config.teams["alpha"]
-    assert alpha.gpus["gpu-eu"].ceiling == 12
-    assert config.max_gpus("alpha", "nvidia.com/gpu") == 12
-    assert config.max_gpus("beta", "nvidia.com/gpu") == 4
+    assert (alpha.gpus["gpu-eu"].nominal, alpha.gpus["gpu-eu"].borrowing_limit) == (8, 0)
+    tree = queue_view(config).tree
+    assert tree.potential_available("alpha", ("gpu-eu", "nvidia.com/gpu")) == 8
+    assert tree.potential_available("beta", ("gpu-us", "nvidia.com/gpu")) == 4
     assert alpha.cpu_value == 64
     assert alpha.memory_value == 256 * 2**30
 
@@ -258,7 +260,13 @@ def test_example_org_at_repo_root_is_valid() -> None:
     assert config is not None
     assert sorted(config.teams) == ["cv-team", "nlp-team", "research-team"]
     nlp = config.teams["nlp-team"]
-    assert (nlp.region, config.max_gpus("nlp-team", "nvidia.com/gpu")) == ("eu", 16)
+    assert (
+        nlp.region,
+        queue_view(config).tree.potential_available("nlp-team", ("a100-eu", "nvidia.com/gpu")),
+    ) == (
+        "eu",
+        16,
+    )
     assert (nlp.max_concurrent_jobs, nlp.max_nodes_per_job) == (5, 4)
     assert config.teams["cv-team"].max_nodes_per_job == 8
     research = config.access["research-team"]

@@ -28,8 +28,8 @@ def test_q001_message_has_the_numbers_and_the_fix(org: Config) -> None:
     (v,) = decision.violations
     assert (v.rule, v.mode, v.path) == ("MPG-Q001", "enforce", "spec.trainer")
     assert v.message == (
-        "asks 32 nvidia.com/gpu (4 nodes × 8 GPUs) but nlp-team can use at most 16 "
-        "(nominal 16 + borrowing 0 on a100-eu)."
+        "asks 32 nvidia.com/gpu (4 nodes × 8 GPUs) but Kueue can admit at most 16 for nlp-team "
+        "(a100-eu: nominal 16, no borrowing); it would never admit the job."
     )
     assert (
         v.fix == "Set spec.trainer.numNodes to 2 or fewer, or ask #nlp-admins to raise quotas/nlp-team.yaml."
@@ -109,13 +109,21 @@ def test_q007_uses_the_live_count_on_create_only(org: Config) -> None:
 def test_q008_says_how_long_the_job_waits(org: Config) -> None:
     job = trainjob()
     job["spec"]["trainer"]["numNodes"] = 1
-    decision = decide(org, job, live=LiveContext(gpus_in_use={"a100-eu": 15}))
+    live = LiveContext(gpus_in_use={"a100-eu": 15})
+    decision = decide(org, job, live=live)
     assert decision.allowed
     v = next(v for v in decision.violations if v.rule == "MPG-Q008")
     assert v.mode == "warn"
-    assert v.message.startswith(
-        "nlp-team uses 15/16 GPUs on a100-eu; this job asks 16 and will wait for 15 to free"
+    assert v.message == (
+        "nlp-team needs 15 more free GPUs of flavor a100-eu: the job asks 16 and 1 is free for it now "
+        "(its own quota and what cohort research-pool can lend); borrowing, preemption and queue order "
+        "can change this."
     )
+    # Preemption as Kueue does it: the example org turns fair sharing on.
+    assert "withinClusterQueue: LowerPriority" in v.fix and "over their fair share" in v.fix
+    classical = dataclasses.replace(org, kueue=dataclasses.replace(org.kueue, fair_sharing=False))
+    v = next(v for v in decide(classical, job, live=live).violations if v.rule == "MPG-Q008")
+    assert "borrowWithinCohort: Never" in v.fix and "fair share" not in v.fix
     fits = decide(org, job, live=LiveContext(gpus_in_use={"a100-eu": 0}))
     assert "MPG-Q008" not in ids(fits)
     assert all(len(w) <= WARNING_LIMIT for w in decision.warnings)

@@ -19,21 +19,21 @@ def test_render_writes_the_tree_and_summarises_it(tmp_path: Path) -> None:
     lines = result.output.splitlines()
     assert (
         lines[0].startswith("rendered revision ")
-        and "87 objects, 36 files (36 written, 0 unchanged, 0 removed)" in lines[0]
+        and "90 objects, 37 files (37 written, 0 unchanged, 0 removed)" in lines[0]
     )
     assert (
         lines[1]
-        == "  cluster: 3 ClusterQueue, 7 ClusterRole, 1 Cohort, 4 ResourceFlavor, 3 WorkloadPriorityClass"
+        == "  cluster: 3 ClusterQueue, 8 ClusterRole, 1 Cohort, 4 ResourceFlavor, 3 WorkloadPriorityClass"
     )
     assert (
-        "  teams/research-team: 1 ClusterRoleBinding, 1 LimitRange, 1 LocalQueue, 1 Namespace, "
+        "  teams/research-team: 2 ClusterRoleBinding, 1 LimitRange, 1 LocalQueue, 1 Namespace, "
         "6 NetworkPolicy, 1 PrometheusRule, 1 ResourceQuota, 2 RoleBinding, 1 ServiceAccount" in lines
     )
     assert (out / "teams" / "nlp-team" / "quota.yaml").is_file()
 
     again = CliRunner().invoke(cli, ["render", str(REPO), "-o", str(out), "--summary", "json"])
     data = json.loads(again.output)
-    assert data["written"] == [] and data["unchanged"] == 36 and data["objects"] == 87
+    assert data["written"] == [] and data["unchanged"] == 37 and data["objects"] == 90
     assert data["kinds"]["mpigate"] == {"ConfigMap": 2, "PrometheusRule": 1}
 
 

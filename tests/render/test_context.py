@@ -40,23 +40,42 @@ def test_team_without_cohort_or_cpu_quota(base: Config) -> None:
     assert gpu_group["flavors"] == [
         {"name": "gpu-us", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}
     ]
+    # twice what Kueue can admit (pods, GPUs): room for terminating pods; cpu/memory are Kueue's
     assert beta["resource_quota"]["hard"] == {
         "count/trainjobs.trainer.kubeflow.org": "40",  # 4 × maxConcurrentJobs
-        "pods": "110",
-        "requests.nvidia.com/gpu": "4",
+        "pods": "220",
+        "requests.nvidia.com/gpu": "8",
     }
     assert beta["queues"] == ["beta-main", "beta-batch"] and beta["default_queue"] == "beta-main"
     assert beta["cohort"] is None
 
 
-def test_team_with_cohort_borrowing(base: Config) -> None:
-    alpha = team_context(base, base.teams["alpha"], TODAY)
+def test_team_with_cohort_borrowing(tmp_path: Path) -> None:
+    """alpha may borrow 4 GPUs; gamma, the only other queue of cohort pool, lends at most 2 of its 8
+    (lendingLimit): Kueue admits at most 10 for alpha, and the backstop holds twice that."""
+    tree = _tree(tmp_path)
+    quota = tree / "quotas" / "alpha.yaml"
+    quota.write_text(
+        quota.read_text().replace("gpu-eu: {nominal: 8}", "gpu-eu: {nominal: 8, borrowingLimit: 4}")
+    )
+    (tree / "quotas" / "gamma.yaml").write_text(
+        "apiVersion: mpigate.io/v1alpha1\nkind: TeamQuota\nmetadata: {name: gamma}\n"
+        "spec: {namespaces: [gamma], region: eu, cohort: pool,\n"
+        "       gpus: {gpu-eu: {nominal: 8, lendingLimit: 2}}}\n"
+    )
+    config = load(tree, today=TODAY)
+    alpha = team_context(config, config.teams["alpha"], TODAY)
     _, gpu_group = alpha["cluster_queue"]["resource_groups"]
     assert gpu_group["flavors"][0]["resources"] == [
         {"name": "nvidia.com/gpu", "borrowingLimit": 4, "nominalQuota": 8}
     ]
-    assert alpha["resource_quota"]["hard"]["requests.nvidia.com/gpu"] == "12"
-    assert alpha["gpu_ceilings"] == {"nvidia.com/gpu": 12}
+    assert alpha["gpu_ceilings"] == {"nvidia.com/gpu": 10}
+    assert alpha["resource_quota"]["hard"]["requests.nvidia.com/gpu"] == "20"
+    gamma = team_context(config, config.teams["gamma"], TODAY)
+    _, gamma_gpus = gamma["cluster_queue"]["resource_groups"]
+    assert gamma_gpus["flavors"][0]["resources"] == [
+        {"name": "nvidia.com/gpu", "borrowingLimit": 0, "lendingLimit": 2, "nominalQuota": 8}
+    ]
 
 
 def test_fractional_fair_share_weight(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import yaml
 
 from mpigate.config import Config, load
 from mpigate.config.loader import REVISION_FILE
+from mpigate.config.queueing import queue_view
 from mpigate.render import MARKER_FILE, RenderError, Rendering, render, write_tree
 from tests.conftest import FIXTURES, REPO, TODAY
 
@@ -126,9 +127,15 @@ def test_cluster_queue_of_a_team(example_rendering: Rendering) -> None:
     cv = _one(example_rendering, "ClusterQueue", "cv-team")["spec"]
     assert cv["namespaceSelector"]["matchExpressions"][0]["values"] == ["cv-team", "cv-team-dev"]
     assert cv["fairSharing"] == {"weight": 2}
+    # no other team of research-pool has h100-us quota to lend: cv-team does not borrow
     assert cv["resourceGroups"][1]["flavors"][0]["resources"] == [
-        {"name": "nvidia.com/gpu", "borrowingLimit": 8, "nominalQuota": 32}
+        {"name": "nvidia.com/gpu", "borrowingLimit": 0, "nominalQuota": 32}
     ]
+    assert cv["preemption"] == {
+        "borrowWithinCohort": {"policy": "Never"},
+        "reclaimWithinCohort": "Any",
+        "withinClusterQueue": "LowerPriority",
+    }
 
 
 def test_cluster_level_kueue_objects(example_rendering: Rendering) -> None:
@@ -139,7 +146,7 @@ def test_cluster_level_kueue_objects(example_rendering: Rendering) -> None:
     assert classes == {"low": 10, "standard": 100, "urgent": 1000}
 
 
-def test_persona_cluster_roles_carry_kueue_aggregation_labels(example_rendering: Rendering) -> None:
+def test_persona_cluster_roles_are_not_aggregated_into_kueues(example_rendering: Rendering) -> None:
     roles = {r["metadata"]["name"]: r for r in _objects(example_rendering, "ClusterRole")}
     assert sorted(roles) == [
         "mpigate:persona:data-scientist",
@@ -149,23 +156,51 @@ def test_persona_cluster_roles_carry_kueue_aggregation_labels(example_rendering:
         "mpigate:persona:team-admin",
         "mpigate:persona:team-admin:cluster-read",
         "mpigate:persona:viewer",
+        "mpigate:persona:viewer:cluster-read",
     ]
-    assert (
-        roles["mpigate:persona:data-scientist"]["metadata"]["labels"]["rbac.kueue.x-k8s.io/batch-user"]
-        == "true"
-    )
-    assert "rbac.kueue.x-k8s.io/batch-user" not in roles["mpigate:persona:viewer"]["metadata"]["labels"]
+    for role in roles.values():
+        # Kueue's kueue-batch-user-role would hand the persona's rules to whoever holds it
+        assert not [k for k in role["metadata"]["labels"] if k.startswith("rbac.kueue.x-k8s.io/")]
     assert roles["mpigate:persona:data-scientist:cluster-read"]["rules"] == [
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["resourceflavors", "workloadpriorityclasses"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["trainer.kubeflow.org"],
+            "resources": ["clustertrainingruntimes"],
+            "verbs": ["get", "list", "watch"],
+        },
+    ]
+    # the kubeflow SDK reads the ClusterTrainingRuntime of every job it shows, viewers' too
+    assert roles["mpigate:persona:viewer:cluster-read"]["rules"] == [
         {
             "apiGroups": ["trainer.kubeflow.org"],
             "resources": ["clustertrainingruntimes"],
             "verbs": ["get", "list", "watch"],
         }
     ]
-    # the cluster-read role carries no aggregation label: it must not leak into Kueue's roles
+
+
+def test_a_persona_opting_into_kueue_aggregation_gets_the_label(tmp_path: Path) -> None:
+    tree = tmp_path / "org"
+    shutil.copytree(
+        REPO, tree, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "tests", "docs", "src")
+    )
+    personas = tree / "rbac" / "personas.yaml"
+    personas.write_text(
+        personas.read_text(encoding="utf-8").replace(
+            "    viewer:\n", "    viewer:\n      kueue: batch-user\n"
+        ),
+        encoding="utf-8",
+    )
+    rendering = render(load(tree, today=TODAY), today=TODAY)
+    roles = {r["metadata"]["name"]: r for r in _objects(rendering, "ClusterRole")}
+    assert roles["mpigate:persona:viewer"]["metadata"]["labels"]["rbac.kueue.x-k8s.io/batch-user"] == "true"
     assert (
         "rbac.kueue.x-k8s.io/batch-user"
-        not in roles["mpigate:persona:data-scientist:cluster-read"]["metadata"]["labels"]
+        not in roles["mpigate:persona:viewer:cluster-read"]["metadata"]["labels"]
     )
 
 
@@ -204,15 +239,43 @@ def test_resource_quota_backstop_and_limit_range(example_rendering: Rendering) -
     quota = _one(example_rendering, "ResourceQuota", "mpigate-team-quota", "cv-team-dev")
     assert quota["spec"]["hard"] == {
         "count/trainjobs.trainer.kubeflow.org": "40",  # maxStoredJobs default: 4 × maxConcurrentJobs 10
-        "pods": "110",
-        "requests.cpu": "512",
-        "requests.memory": "4Ti",
-        "requests.nvidia.com/gpu": "40",  # nominal 32 + borrowing 8
+        "pods": "220",  # 2 × the pod quota 10 × (8 + 3)
+        "requests.nvidia.com/gpu": "64",  # 2 × what Kueue can admit on h100-us (32)
     }
     limits = _one(example_rendering, "LimitRange", "mpigate-defaults", "research")
     assert limits["spec"]["limits"] == [
         {"defaultRequest": {"cpu": "500m", "memory": "1Gi"}, "type": "Container"}
     ]
+
+
+def test_resource_quota_cannot_starve_an_admitted_job(example_rendering: Rendering) -> None:
+    """Whatever Kueue admits into a namespace fits its ResourceQuota with the same again
+    terminating: the backstop holds twice the Kueue ceiling of every resource it counts, and it
+    counts none that Kueue counts differently from the pods (cpu/memory: a container that states
+    only limits is counted at the LimitRange default by Kueue, at its limit by the quota)."""
+    config = load(REPO, revision="test", today=TODAY)
+    tree = queue_view(config).tree
+    queues = {q["metadata"]["name"]: q for q in _objects(example_rendering, "ClusterQueue")}
+    for quota in _objects(example_rendering, "ResourceQuota"):
+        team = config.team_for_namespace(quota["metadata"]["namespace"])
+        assert team is not None
+        hard = quota["spec"]["hard"]
+        assert not {"requests.cpu", "requests.memory", "limits.cpu", "limits.memory"} & set(hard)
+        ceilings: dict[str, int] = {}
+        for group in queues[team.name]["spec"]["resourceGroups"]:
+            for flavor in group["flavors"]:
+                for res in flavor["resources"]:
+                    fr = (flavor["name"], res["name"])
+                    ceilings[res["name"]] = ceilings.get(res["name"], 0) + tree.potential_available(
+                        team.name, fr
+                    )
+        for key, value in hard.items():
+            resource = key.removeprefix("requests.")
+            if resource in ceilings:
+                assert int(value) >= 2 * ceilings[resource], (team.name, key)
+        assert int(hard["pods"]) >= 2 * ceilings["pods"]
+        for gpu in {r for r in ceilings if "/" in r}:
+            assert f"requests.{gpu}" in hard
 
 
 def test_local_queues_in_every_team_namespace(example_rendering: Rendering) -> None:

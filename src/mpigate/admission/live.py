@@ -24,10 +24,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Final, Protocol, TypeVar
 
 from mpigate.config import Config, parse_quantity
+from mpigate.config.queueing import kueue_amount
 from mpigate.policy.decision import AdmissionInput, LiveContext
 
 from .kube import KubeClient, KubeError
@@ -40,6 +40,7 @@ __all__ = [
     "QueueUsage",
     "TrainJobCache",
     "is_active",
+    "reservations",
 ]
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ TRAINER_API: Final = "/apis/trainer.kubeflow.org/v1alpha1"
 TRAINJOBS_PATH: Final = f"{TRAINER_API}/trainjobs"
 KUEUE_API: Final = "/apis/kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+COHORT_LABEL: Final = "mpigate.io/cohort"  # on the ClusterQueues mpigate renders into a cohort
 FINISHED_CONDITIONS: Final = ("Complete", "Failed")
 
 ErrorHook = Callable[[str, str], None]
@@ -228,53 +230,40 @@ class TrainJobCache:
 
 @dataclass(frozen=True, slots=True)
 class QueueUsage:
-    """A ClusterQueue as read from the cluster, per flavor (GPU resource only)."""
+    """Kueue's reservations per ClusterQueue, flavor and resource (Kueue units), and which
+    ClusterQueue the job's LocalQueue feeds."""
 
     cluster_queue: str
-    nominal: Mapping[str, int]
-    borrowing: Mapping[str, int]
-    in_use: Mapping[str, int]
+    reserved: Mapping[str, Mapping[str, Mapping[str, int]]]
 
 
-def _whole(value: Any) -> int:
-    try:
-        number = parse_quantity(value) if not isinstance(value, int) else Fraction(value)
-    except (ValueError, TypeError):
-        return 0
-    return int(number)
-
-
-def queue_usage(cq: Mapping[str, Any], gpu_resource_of: Callable[[str], str | None]) -> QueueUsage:
-    """GPU quota and reservation per flavor from a ClusterQueue object (v1beta1 or v1beta2)."""
-    nominal: dict[str, int] = {}
-    borrowing: dict[str, int] = {}
-    spec = cq.get("spec") or {}
-    for group in spec.get("resourceGroups") or []:
-        for flavor in (group or {}).get("flavors") or []:
-            name = (flavor or {}).get("name")
-            resource = gpu_resource_of(name) if isinstance(name, str) else None
-            for res in (flavor or {}).get("resources") or []:
-                if isinstance(name, str) and isinstance(res, dict) and res.get("name") == resource:
-                    nominal[name] = _whole(res.get("nominalQuota", 0))
-                    if "borrowingLimit" in res:
-                        borrowing[name] = _whole(res["borrowingLimit"])
+def reservations(cq: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """A ClusterQueue's ``status.flavorsReservation`` (v1beta2; ``flavorsUsage`` before) per flavor
+    and resource, in Kueue's units (milli-CPU for ``cpu``): what its admitted workloads hold."""
     status = cq.get("status") or {}
-    in_use: dict[str, int] = {}
     rows = status.get("flavorsReservation") or status.get("flavorsUsage") or []
-    for row in rows:
-        name = (row or {}).get("name")
-        resource = gpu_resource_of(name) if isinstance(name, str) else None
-        for res in (row or {}).get("resources") or []:
-            if isinstance(name, str) and isinstance(res, dict) and res.get("name") == resource:
-                in_use[name] = _whole(res.get("total", 0))
-    for name in nominal:
-        in_use.setdefault(name, 0)
-    meta = cq.get("metadata") or {}
-    return QueueUsage(str(meta.get("name", "")), nominal, borrowing, in_use)
+    out: dict[str, dict[str, int]] = {}
+    for row in rows if isinstance(rows, list) else []:
+        name = (row or {}).get("name") if isinstance(row, dict) else None
+        if not isinstance(name, str):
+            continue
+        for res in row.get("resources") or []:
+            if isinstance(res, dict) and isinstance(res.get("name"), str):
+                try:
+                    total = parse_quantity(res.get("total", 0))
+                except (ValueError, TypeError):
+                    continue
+                out.setdefault(name, {})[res["name"]] = kueue_amount(res["name"], total)
+    return out
+
+
+def _cohort_of(cq: Mapping[str, Any]) -> Any:
+    """The ``mpigate.io/cohort`` label (the API server filters by it; a fake one may not)."""
+    return ((cq.get("metadata") or {}).get("labels") or {}).get(COHORT_LABEL)
 
 
 class KueueReader:
-    """Reads a team's ClusterQueue through the LocalQueue a job is submitted to."""
+    """Reads ClusterQueues: the one a LocalQueue feeds, and those of a cohort."""
 
     def __init__(
         self, client: KubeClient, *, api: str = KUEUE_API, queue_ttl: float = 60.0, usage_ttl: float = 2.0
@@ -285,6 +274,7 @@ class KueueReader:
         self._usage_ttl = usage_ttl
         self._queues: dict[tuple[str, str], tuple[float, str]] = {}
         self._usage: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._cohorts: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
     async def cluster_queue_of(self, namespace: str, local_queue: str) -> str:
         key = (namespace, local_queue)
@@ -307,6 +297,18 @@ class KueueReader:
         cq = await self._client.get(f"{self._api}/clusterqueues/{name}")
         self._usage[name] = (time.monotonic(), cq)
         return cq
+
+    async def cohort_queues(self, cohort: str) -> list[dict[str, Any]]:
+        """The ClusterQueues mpigate rendered into ``cohort`` (label ``mpigate.io/cohort``)."""
+        hit = self._cohorts.get(cohort)
+        if hit and time.monotonic() - hit[0] < self._usage_ttl:
+            return hit[1]
+        body = await self._client.get(
+            f"{self._api}/clusterqueues", params={"labelSelector": f"{COHORT_LABEL}={cohort}"}
+        )
+        items = [i for i in body.get("items") or [] if isinstance(i, dict) and _cohort_of(i) == cohort]
+        self._cohorts[cohort] = (time.monotonic(), items)
+        return items
 
 
 class RuntimeReader:
@@ -412,11 +414,18 @@ class KubeLiveSource:
             else:
                 runtime_reason = f"{runtime_key[0]} {runtime_key[2]} {runtime_read}"
                 reasons.append(runtime_reason)
+        in_use: dict[str, int] | None = None
+        if usage is not None:
+            own = usage.reserved.get(team.name, {})
+            in_use = {
+                f: used[config.flavors[f].gpu_resource]
+                for f, used in own.items()
+                if f in config.flavors and config.flavors[f].gpu_resource in used
+            }
         return LiveContext(
             active_jobs=active,
-            gpus_in_use=dict(usage.in_use) if usage else None,
-            nominal=dict(usage.nominal) if usage else None,
-            borrowing=dict(usage.borrowing) if usage else None,
+            gpus_in_use=in_use,
+            queue_usage=usage.reserved if usage else None,
             source=f"cluster (ClusterQueue {usage.cluster_queue})" if usage else "cluster",
             unavailable_reason="; ".join(reasons) or None,
             runtimes=runtimes,
@@ -435,18 +444,23 @@ class KubeLiveSource:
             return f"not read: {exc}"
 
     async def _usage(self, config: Config, namespace: str, local_queue: str) -> QueueUsage:
+        team = config.team_for_namespace(namespace)
         try:
             cq_name = await self.kueue.cluster_queue_of(namespace, local_queue)
         except KubeError as exc:
             if exc.status != 404:
                 raise
             # No such LocalQueue (yet): the team's ClusterQueue carries the team's name.
-            team = config.team_for_namespace(namespace)
             cq_name = team.name if team else local_queue
-        cq = await self.kueue.cluster_queue(cq_name)
-
-        def gpu_resource_of(flavor: str) -> str | None:
-            known = config.flavors.get(flavor)
-            return known.gpu_resource if known else None
-
-        return queue_usage(cq, gpu_resource_of)
+        own, cohort = await asyncio.gather(
+            self.kueue.cluster_queue(cq_name),
+            self.kueue.cohort_queues(team.cohort) if team is not None and team.cohort else _none(),
+        )
+        reserved: dict[str, Mapping[str, Mapping[str, int]]] = {}
+        for cq in cohort or []:
+            name = (cq.get("metadata") or {}).get("name")
+            if isinstance(name, str):
+                reserved[name] = reservations(cq)
+        # The job's ClusterQueue is its team's (MPG-Q005), whatever it is called in the cluster.
+        reserved[team.name if team is not None else cq_name] = reservations(own)
+        return QueueUsage(cq_name, reserved)

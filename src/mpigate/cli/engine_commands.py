@@ -12,7 +12,8 @@ from typing import Any
 import click
 import yaml
 
-from mpigate.config import Config, ConfigError, Document, load
+from mpigate.config import Config, ConfigError, Document, load, parse_quantity
+from mpigate.config.queueing import kueue_amount
 from mpigate.policy import AdmissionInput, Decision, LiveContext, UserInfo, apply_patch, evaluate
 from mpigate.policytest import junit_xml, parse_time, run_suites
 
@@ -59,8 +60,10 @@ def _runtimes(files: tuple[Path, ...]) -> dict[tuple[str, str | None, str], Mapp
     return out
 
 
-def _parse_live(active_jobs: int | None, gpus: tuple[str, ...]) -> LiveContext | None:
-    if active_jobs is None and not gpus:
+def _parse_live(
+    config: Config, active_jobs: int | None, gpus: tuple[str, ...], queues: tuple[str, ...]
+) -> LiveContext | None:
+    if active_jobs is None and not gpus and not queues:
         return None
     in_use: dict[str, int] = {}
     for item in gpus:
@@ -70,7 +73,29 @@ def _parse_live(active_jobs: int | None, gpus: tuple[str, ...]) -> LiveContext |
                 f"{item!r}: expected FLAVOR=COUNT (e.g. a100-eu=15)", param_hint="--gpus-in-use"
             )
         in_use[flavor] = int(count)
-    return LiveContext(active_jobs=active_jobs, gpus_in_use=in_use or None, source="the command line")
+    usage: dict[str, dict[str, dict[str, int]]] = {}
+    for item in queues:
+        where, sep, quantity = item.partition("=")
+        parts = where.split(":", 2)
+        gpu_flavor = config.flavors.get(parts[1]) if len(parts) > 1 else None
+        resource = parts[2] if len(parts) == 3 else (gpu_flavor.gpu_resource if gpu_flavor else "")
+        try:
+            amount = kueue_amount(resource, parse_quantity(quantity)) if sep and resource else None
+        except ValueError:
+            amount = None
+        if amount is None or len(parts) < 2:
+            raise click.BadParameter(
+                f"{item!r}: expected QUEUE:FLAVOR[:RESOURCE]=QUANTITY (e.g. research-team:a100-eu=4, "
+                "nlp-team:region-eu:cpu=200); RESOURCE defaults to a GPU flavor's GPU resource",
+                param_hint="--queue-usage",
+            )
+        usage.setdefault(parts[0], {}).setdefault(parts[1], {})[resource] = amount
+    return LiveContext(
+        active_jobs=active_jobs,
+        gpus_in_use=in_use or None,
+        queue_usage=usage or None,
+        source="the command line",
+    )
 
 
 @click.command("explain")
@@ -120,6 +145,14 @@ def _parse_live(active_jobs: int | None, gpus: tuple[str, ...]) -> LiveContext |
     metavar="FLAVOR=N",
     help="Simulated live context: GPUs in use per flavor (MPG-Q008), repeatable.",
 )
+@click.option(
+    "--queue-usage",
+    "queue_usage",
+    multiple=True,
+    metavar="QUEUE:FLAVOR[:RESOURCE]=QTY",
+    help="Simulated live context: quota reserved in a ClusterQueue of the cohort (what it cannot lend; "
+    "MPG-Q008), repeatable.",
+)
 @OUTPUT_OPTION
 def explain_command(
     files: tuple[Path, ...],
@@ -133,6 +166,7 @@ def explain_command(
     runtime_files: tuple[Path, ...],
     active_jobs: int | None,
     gpus_in_use: tuple[str, ...],
+    queue_usage: tuple[str, ...],
     output: str,
 ) -> None:
     """Show what the admission webhook would answer for TrainJobs and training runtimes.
@@ -146,6 +180,7 @@ def explain_command(
       mpigate explain job.yaml --operation UPDATE --old stored.yaml -o json
       mpigate explain job.yaml --active-jobs 5 --gpus-in-use a100-eu=15
       mpigate explain sdk-job.yaml --namespace nlp-team   # an object that names no namespace
+      mpigate explain job.yaml --gpus-in-use a100-eu=4 --queue-usage research-team:a100-eu=8
 
     Exit status: 0 every object allowed, 1 any object denied, 2 usage or config error (also an
     input file that is not valid YAML or holds no document: it is reported as file:line:col and
@@ -156,7 +191,7 @@ def explain_command(
         now = parse_time(now_text) if now_text else None
     except ValueError:
         raise click.BadParameter(f"{now_text!r} is not an RFC 3339 time", param_hint="--now") from None
-    live = _parse_live(active_jobs, gpus_in_use)
+    live = _parse_live(config, active_jobs, gpus_in_use, queue_usage)
     runtimes = _runtimes(runtime_files)
     if runtimes:
         live = dataclasses.replace(live or LiveContext(source="the command line"), runtimes=runtimes)

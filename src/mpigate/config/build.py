@@ -28,6 +28,7 @@ from .model import (
     Flavor,
     GPUQuota,
     ImagePolicy,
+    KueueSettings,
     LabelChangeGrant,
     LifecyclePolicy,
     Members,
@@ -46,6 +47,7 @@ from .model import (
     TeamAccess,
     TeamNetwork,
     UpdatePolicy,
+    WaitForPodsReady,
 )
 from .mpienv import as_implementation
 from .problems import Location, Problem
@@ -403,6 +405,7 @@ def build_config(
         org=org,
         flavors=_ro(flavors),
         cohorts=tuple(flavors_spec["cohorts"]),
+        kueue=_kueue(flavors_spec["kueue"]),
         teams=_ro(teams),
         personas=_ro(personas),
         access=_ro(access),
@@ -431,3 +434,19 @@ def _background_audit(raw: Mapping[str, Any]) -> BackgroundAudit:
         max_results_per_report=raw["maxResultsPerReport"],
         actions=_ro({k: cast(AuditAction, v) for k, v in raw["actions"].items()}),
     )
+
+
+def _kueue(spec: Mapping[str, Any]) -> KueueSettings:
+    ready = spec.get("waitForPodsReady")
+    wait = None
+    if ready is not None:
+        recovery = ready.get("recoveryTimeout")
+        wait = WaitForPodsReady(
+            timeout_seconds=parse_duration(ready["timeout"]),
+            block_admission=ready["blockAdmission"],
+            recovery_timeout_seconds=parse_duration(recovery) if recovery is not None else None,
+            backoff_limit_count=ready.get("backoffLimitCount"),
+            backoff_base_seconds=ready.get("backoffBaseSeconds"),
+            backoff_max_seconds=ready.get("backoffMaxSeconds"),
+        )
+    return KueueSettings(fair_sharing=spec["fairSharing"], wait_for_pods_ready=wait)

@@ -3,10 +3,11 @@ cross-file rules → immutable :class:`Config`."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import difflib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -16,7 +17,8 @@ from .build import build_config
 from .crossfile import Entry, cross_file_problems
 from .discovery import IGNORE_FILE, discover
 from .model import Config
-from .problems import ConfigError, Location, Problem, Severity
+from .problems import ConfigError, Location, PathPart, Problem, Severity
+from .queueing import Locate, queueing_problems
 from .revision import tree_revision
 from .schema import ADMISSION_SCHEMA_KINDS, API_VERSION, KINDS, apply_defaults, validate_document
 from .yamlsource import Document, parse_documents, parse_file
@@ -275,8 +277,13 @@ def check_tree(path: str | Path, *, revision: str | None = None, today: dt.date 
             or (_bundle_revision(root) if root.is_dir() else None)
             or tree_revision(root, files),
             files=display_files,
-            warnings=tuple(p for p in problems if p.severity is Severity.WARNING),
+            warnings=(),
             objects=objects,
+        )
+        # Checks that need Kueue's arithmetic run on the built model (config.queueing).
+        problems.extend(queueing_problems(config, _locator(by_kind)))
+        config = dataclasses.replace(
+            config, warnings=tuple(p for p in problems if p.severity is Severity.WARNING)
         )
     return CheckResult(
         root=str(root),
@@ -287,6 +294,19 @@ def check_tree(path: str | Path, *, revision: str | None = None, today: dt.date 
         ignored=tuple(ignored),
         builtin_defaults=tuple(builtins),
     )
+
+
+def _locator(by_kind: Mapping[str, list[Entry]]) -> Locate:
+    """Where a JSON path of a (kind, name) document is; "" names the kind's one document."""
+
+    def locate(kind: str, name: str, path: Sequence[PathPart]) -> Location:
+        for entry in by_kind.get(kind, ()):
+            meta = entry.data.get("metadata") if isinstance(entry.data, dict) else None
+            if not name or (isinstance(meta, dict) and meta.get("name") == name):
+                return entry.doc.locate(tuple(path))
+        return Location(kind)
+
+    return locate
 
 
 def load(path: str | Path, *, revision: str | None = None, today: dt.date | None = None) -> Config:

@@ -32,6 +32,7 @@ __all__ = [
     "Flavor",
     "GPUQuota",
     "ImagePolicy",
+    "KueueSettings",
     "LabelChangeGrant",
     "LifecyclePolicy",
     "Members",
@@ -50,6 +51,7 @@ __all__ = [
     "TeamAccess",
     "TeamNetwork",
     "UpdatePolicy",
+    "WaitForPodsReady",
 ]
 
 Mode = Literal["enforce", "warn", "audit"]
@@ -260,16 +262,32 @@ class Flavor:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitForPodsReady:
+    """Kueue's ``waitForPodsReady`` (durations in seconds; ``None``: Kueue's default)."""
+
+    timeout_seconds: int
+    block_admission: bool = False
+    recovery_timeout_seconds: int | None = None
+    backoff_limit_count: int | None = None
+    backoff_base_seconds: int | None = None
+    backoff_max_seconds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KueueSettings:
+    """The cluster's Kueue Configuration as far as the quotas depend on it
+    (``GPUFlavors.spec.kueue``)."""
+
+    fair_sharing: bool = False
+    wait_for_pods_ready: WaitForPodsReady | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GPUQuota:
     flavor: str
     nominal: int
     borrowing_limit: int
     lending_limit: int | None
-
-    @property
-    def ceiling(self) -> int:
-        """GPUs the team can ever hold on this flavor: nominal + borrowing."""
-        return self.nominal + self.borrowing_limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,6 +554,7 @@ class Config:
     files: tuple[str, ...]
     warnings: tuple[Any, ...] = ()
     custom_rules: tuple[CustomRule, ...] = ()
+    kueue: KueueSettings = KueueSettings()
     _team_by_namespace: Mapping[str, str] = field(repr=False, compare=False, default_factory=_empty)
     _exceptions_by_team: Mapping[str, tuple[PolicyException, ...]] = field(
         repr=False, compare=False, default_factory=_empty
@@ -591,7 +610,3 @@ class Config:
         access = self.access.get(team)
         return access.secrets if access else ()
 
-    def max_gpus(self, team: str, resource: str) -> int:
-        """GPUs of ``resource`` the team can ever be admitted: Σ (nominal + borrowing) over its flavors."""
-        t = self.teams[team]
-        return sum(q.ceiling for q in t.gpus.values() if self.flavors[q.flavor].gpu_resource == resource)

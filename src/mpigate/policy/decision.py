@@ -73,9 +73,12 @@ class LiveContext:
     """What the webhook could read from the cluster within its deadline (all optional).
 
     ``active_jobs``: TrainJobs of the namespace's team that are not finished.
-    ``gpus_in_use``: per flavor, GPUs reserved by admitted workloads of the team's ClusterQueue
-    (Kueue ``status.flavorsReservation``). ``nominal``/``borrowing``: the ClusterQueue spec as
-    live in the cluster (may lag Git). ``source`` names where it came from, for messages.
+    ``queue_usage``: per ClusterQueue, flavor and resource, the quota reserved by admitted
+    workloads (Kueue ``status.flavorsReservation``), in Kueue's units (milli-CPU for ``cpu``, whole
+    units otherwise) - every queue of the team's cohort, so that what the cohort can lend is known.
+    ``gpus_in_use``: per flavor, GPUs reserved in the team's own ClusterQueue (the short form that
+    ``explain --gpus-in-use`` and PolicyTest ``live.gpusInUse`` give; ``queue_usage`` wins for the
+    team's queue when both are set). ``source`` names where it came from, for messages.
     ``runtimes``: (Cluster)TrainingRuntime manifests read from the cluster, keyed by
     ``(kind, namespace or None, name)``; used for runtimes approved as ``external`` whose manifest
     is not in the config tree (the reviewed manifest in the tree always wins); ``runtime_reason``:
@@ -84,8 +87,7 @@ class LiveContext:
 
     active_jobs: int | None = None
     gpus_in_use: Mapping[str, int] | None = None
-    nominal: Mapping[str, int] | None = None
-    borrowing: Mapping[str, int] | None = None
+    queue_usage: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None
     source: str = "cluster"
     unavailable_reason: str | None = None
     runtimes: Mapping[tuple[str, str | None, str], Mapping[str, Any]] | None = None

@@ -9,6 +9,9 @@ What :func:`mutate_mpijob` does on CREATE (docs/mpijobs.md):
 
 * the labels a TrainJob gets: ``kueue.x-k8s.io/queue-name`` and ``kueue.x-k8s.io/priority-class``
   when absent (Kueue's MPIJob integration reads the queue label from the MPIJob);
+* ``spec.runPolicy.suspend: true`` in a team namespace, as a TrainJob's ``spec.suspend``: Kueue's
+  MPIJob defaulter (``(*MpiJobWebhook).Default``, ``ApplyDefaultForSuspend``) runs before mpigate's
+  and suspends only a job that already carries the queue label; Kueue un-suspends it on admission;
 * ``spec.runPolicy.activeDeadlineSeconds``: the org's default run time when absent (the MPI Operator
   hands it to the launcher Job, ``newLauncherJob``);
 * in the Launcher's and the Worker's pod template: the pod label ``mpigate.io/team`` and the region's
@@ -60,12 +63,14 @@ def mutate_mpijob(ctx: JobContext, obj: Mapping[str, Any], base: Resolution | No
         default_labels(ctx, metadata)
     default_runtime = config.org.lifecycle.default_runtime_seconds
     run_policy = spec.get("runPolicy")
-    if (
-        default_runtime
-        and (run_policy is None or is_mapping(run_policy))
-        and "activeDeadlineSeconds" not in (run_policy or {})
-    ):
-        spec["runPolicy"] = {**(run_policy or {}), "activeDeadlineSeconds": default_runtime}
+    if run_policy is None or is_mapping(run_policy):
+        policy = dict(run_policy or {})
+        if default_runtime and "activeDeadlineSeconds" not in policy:
+            policy["activeDeadlineSeconds"] = default_runtime
+        if team is not None and policy.get("suspend") is not True:
+            policy["suspend"] = True
+        if policy != (run_policy or {}):
+            spec["runPolicy"] = policy
     replicas = spec.get("mpiReplicaSpecs")
     if not is_mapping(replicas):
         return out

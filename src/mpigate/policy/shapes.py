@@ -29,6 +29,8 @@ class JobShape:
     per_pod: str
     #: The run-time limit (a path of keys).
     deadline: tuple[str, ...]
+    #: Where the job is suspended (Kueue un-suspends it on admission; a path of keys).
+    suspend: tuple[str, ...]
     #: MPI slots per worker, implementation and SSH mount path ("" root: relative to the object).
     slots: str
     mpi_implementation: str
@@ -52,6 +54,7 @@ TRAINJOB: Final = JobShape(
     nodes="spec.trainer.numNodes",
     per_pod="spec.trainer.resourcesPerNode",
     deadline=("spec", "activeDeadlineSeconds"),
+    suspend=("spec", "suspend"),
     slots="spec.trainer.numProcPerNode",
     mpi_implementation="spec.mlPolicy.mpi.mpiImplementation",
     ssh_auth_mount_path="spec.mlPolicy.mpi.sshAuthMountPath",
@@ -67,6 +70,7 @@ MPIJOB: Final = JobShape(
     nodes="spec.mpiReplicaSpecs.Worker.replicas",
     per_pod="the containers' resources in spec.mpiReplicaSpecs",
     deadline=("spec", "runPolicy", "activeDeadlineSeconds"),
+    suspend=("spec", "runPolicy", "suspend"),  # Kueue: (*MPIJob).Suspend sets RunPolicy.Suspend
     slots="spec.slotsPerWorker",
     mpi_implementation="spec.mpiImplementation",
     ssh_auth_mount_path="spec.sshAuthMountPath",

@@ -16,6 +16,16 @@ from mpigate.catalogue import all_rules
 from mpigate.config import Config, thaw
 from mpigate.config.admission import NAMESPACE_NAME_LABEL
 from mpigate.config.model import EgressRule, Persona, Team
+from mpigate.config.queueing import (
+    AUXILIARY_PODS_PER_JOB,
+    BACKSTOP_HEADROOM,
+    LIMIT_RANGE_DEFAULT_REQUESTS,
+    PREEMPTION,
+    QUEUEING_STRATEGY,
+    pod_quota,
+    queue_view,
+    region_flavor_name,
+)
 
 __all__ = [
     "AUXILIARY_PODS_PER_JOB",
@@ -30,10 +40,6 @@ __all__ = [
     "region_flavor_name",
     "team_context",
 ]
-
-# Pods of a TrainJob besides its nodes: the MPI launcher (unless it runs as a node) and Trainer's
-# dataset and model initializers. Kueue counts every pod set, so the derived pod quota does too.
-AUXILIARY_PODS_PER_JOB = 3
 
 PSS_LEVELS = ("privileged", "baseline", "restricted")
 
@@ -70,11 +76,6 @@ CLUSTER_READABLE = frozenset(
     }
 )
 _READ_VERBS = ("get", "list", "watch")
-
-
-def region_flavor_name(region: str) -> str:
-    """The Kueue ResourceFlavor that carries a region's node labels for cpu, memory and pods."""
-    return f"region-{region}"
 
 
 def _quantity(value: float) -> int | str:
@@ -198,56 +199,19 @@ def _persona_context(persona: Persona) -> dict[str, Any]:
     }
 
 
-def _resource_groups(config: Config, team: Team, pods: int) -> list[dict[str, Any]]:
-    """Kueue resource groups of a team's ClusterQueue.
-
-    cpu, memory and pods share one group on the team's region flavor, GPUs form a second group
-    on the team's GPU flavors. Covering ``pods`` means every pod set - also a CPU-only launcher or
-    initializer - is assigned the region flavor and so gets the region's node labels (residency).
-    The team's cpu/memory/pod quota is a cap, not a pool to share: its borrowing limit is 0 when
-    the queue is in a cohort (Kueue forbids borrowingLimit without a cohort).
-    """
-    cohort = team.cohort is not None
-    unbounded_cpu, unbounded_memory = "1M", "1Ei"
-    base: list[dict[str, Any]] = [
-        {"name": "cpu", "nominalQuota": team.cpu if team.cpu is not None else unbounded_cpu},
-        {"name": "memory", "nominalQuota": team.memory if team.memory is not None else unbounded_memory},
-        {"name": "pods", "nominalQuota": pods},
-    ]
-    if cohort:
-        for resource in base:
-            resource["borrowingLimit"] = 0
-    groups: list[dict[str, Any]] = [
-        {
-            "coveredResources": ["cpu", "memory", "pods"],
-            "flavors": [{"name": region_flavor_name(team.region), "resources": base}],
-        }
-    ]
-    by_resource: dict[str, list[dict[str, Any]]] = {}
-    for flavor_name in sorted(team.gpus):
-        quota = team.gpus[flavor_name]
-        flavor = config.flavors[flavor_name]
-        gpu: dict[str, Any] = {"name": flavor.gpu_resource, "nominalQuota": quota.nominal}
-        if cohort:
-            gpu["borrowingLimit"] = quota.borrowing_limit
-            if quota.lending_limit is not None:
-                gpu["lendingLimit"] = quota.lending_limit
-        by_resource.setdefault(flavor.gpu_resource, []).append({"name": flavor_name, "resources": [gpu]})
-    for gpu_resource, flavors in sorted(by_resource.items()):
-        groups.append({"coveredResources": [gpu_resource], "flavors": flavors})
-    return groups
-
-
 def team_context(config: Config, team: Team, today: dt.date) -> dict[str, Any]:
     """Everything the per-team templates render from."""
-    pods_per_job = team.max_nodes_per_job + AUXILIARY_PODS_PER_JOB
-    pods = team.pods if team.pods is not None else team.max_concurrent_jobs * pods_per_job
+    view = queue_view(config)
+    pods = pod_quota(team)
+    # What Kueue can ever admit for the team, per GPU resource: Σ potentialAvailable over its
+    # flavors of that resource (the cohort's lending, not nominal + borrowingLimit).
     gpu_ceilings: dict[str, int] = {}
     gpus = []
     for flavor_name in sorted(team.gpus):
         quota = team.gpus[flavor_name]
         resource = config.flavors[flavor_name].gpu_resource
-        gpu_ceilings[resource] = gpu_ceilings.get(resource, 0) + quota.ceiling
+        ceiling = view.tree.potential_available(team.name, (flavor_name, resource))
+        gpu_ceilings[resource] = gpu_ceilings.get(resource, 0) + ceiling
         gpus.append(
             {
                 "flavor": flavor_name,
@@ -255,19 +219,20 @@ def team_context(config: Config, team: Team, today: dt.date) -> dict[str, Any]:
                 "nominal": quota.nominal,
                 "borrowing_limit": quota.borrowing_limit,
                 "lending_limit": quota.lending_limit,
-                "ceiling": quota.ceiling,
+                "ceiling": ceiling,
             }
         )
+    # The backstop counts what Kueue counts the same way (pods; GPUs, whose requests equal their
+    # limits), with room for the pods of preempted or finished jobs that are still terminating when
+    # Kueue admits the next: a ResourceQuota equal to Kueue's quota would refuse the pods of a job
+    # Kueue admitted. cpu and memory are left to Kueue (it counts a container that states only
+    # limits at the LimitRange's default request, below what the pod will request).
     hard: dict[str, Any] = {
         "count/trainjobs.trainer.kubeflow.org": str(team.max_stored_jobs),
-        "pods": str(pods),
+        "pods": str(pods * BACKSTOP_HEADROOM),
     }
-    if team.cpu is not None:
-        hard["requests.cpu"] = team.cpu
-    if team.memory is not None:
-        hard["requests.memory"] = team.memory
     for resource, ceiling in sorted(gpu_ceilings.items()):
-        hard[f"requests.{resource}"] = str(ceiling)
+        hard[f"requests.{resource}"] = str(ceiling * BACKSTOP_HEADROOM)
 
     access = config.access.get(team.name)
     bindings = []
@@ -315,7 +280,7 @@ def team_context(config: Config, team: Team, today: dt.date) -> dict[str, Any]:
         "default_priority_class": team.default_priority_class,
         "max_concurrent_jobs": team.max_concurrent_jobs,
         "max_nodes_per_job": team.max_nodes_per_job,
-        "pods_per_job": pods_per_job,
+        "pods_per_job": team.max_nodes_per_job + AUXILIARY_PODS_PER_JOB,
         "pods": pods,
         "cpu": team.cpu,
         "memory": team.memory,
@@ -333,9 +298,12 @@ def team_context(config: Config, team: Team, today: dt.date) -> dict[str, Any]:
                     }
                 ]
             },
-            "resource_groups": _resource_groups(config, team, pods),
+            "resource_groups": view.resource_groups(team.name),
+            "queueing_strategy": QUEUEING_STRATEGY,
+            "preemption": thaw(PREEMPTION),
         },
         "resource_quota": {"hard": hard},
+        "limit_range_default_requests": dict(LIMIT_RANGE_DEFAULT_REQUESTS),
         "bindings": bindings,
         "service_accounts": sorted(config.service_accounts_of(team.name)),
         "network": {

@@ -6,7 +6,14 @@
 [('node', 1), ('launcher', 1)]
 """
 
-from .demand import ContainerResources, PodResources, container_resources, format_quantity, pod_resources
+from .demand import (
+    ContainerResources,
+    PodResources,
+    container_resources,
+    format_quantity,
+    kueue_pod_requests,
+    pod_resources,
+)
 from .jsontypes import is_mapping
 from .paths import MERGE_KEYS, Key, PathPart, format_path, get_path, keyed_path, parse_path
 from .resolve import (
@@ -45,6 +52,7 @@ __all__ = [
     "get_path",
     "is_mapping",
     "keyed_path",
+    "kueue_pod_requests",
     "merge_shared",
     "parse_path",
     "pod_resources",

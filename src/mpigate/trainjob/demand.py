@@ -10,10 +10,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any
 
 from mpigate.config import parse_quantity
@@ -22,7 +23,14 @@ from .jsontypes import is_mapping
 from .paths import Key, PathPart
 from .resolve import EffectiveJob
 
-__all__ = ["ContainerResources", "PodResources", "container_resources", "format_quantity", "pod_resources"]
+__all__ = [
+    "ContainerResources",
+    "PodResources",
+    "container_resources",
+    "format_quantity",
+    "kueue_pod_requests",
+    "pod_resources",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,36 +128,76 @@ def pod_resources(job: EffectiveJob) -> PodResources:
 
 
 def _pod_resources(job: EffectiveJob) -> PodResources:
-    spec = job.spec
     containers: list[ContainerResources] = []
-    regular: dict[str, Fraction] = {}
-    init_max: dict[str, Fraction] = {}
-    sidecars: dict[str, Fraction] = {}
     for list_field in ("initContainers", "containers"):
-        items = spec.get(list_field)
+        items = job.spec.get(list_field)
         if not isinstance(items, list):
             continue
         for index, container in enumerate(items):
-            if not is_mapping(container):
-                continue
-            res = container_resources(list_field, index, container)
-            containers.append(res)
-            if list_field == "containers":
-                _add(regular, res.requests)
-            elif container.get("restartPolicy") == "Always":
-                _add(sidecars, res.requests)
-            else:
-                # An init container runs while the sidecars started before it keep running.
-                for name, value in res.requests.items():
-                    running = value + sidecars.get(name, Fraction(0))
-                    init_max[name] = max(init_max.get(name, Fraction(0)), running)
+            if is_mapping(container):
+                containers.append(container_resources(list_field, index, container))
+    total = _pod_total(job.spec, containers, [c.requests for c in containers])
+    return PodResources(total, tuple(containers))
+
+
+def _pod_total(
+    spec: Mapping[str, Any],
+    containers: Sequence[ContainerResources],
+    requests: Sequence[Mapping[str, Fraction]],
+) -> dict[str, Fraction]:
+    """``max(Σ containers + Σ restartable init containers, max(init containers))`` per resource,
+    plus ``spec.overhead`` (k8s.io/component-helpers resource ``PodRequests``); ``requests[i]`` is
+    what ``containers[i]`` counts with."""
+    regular: dict[str, Fraction] = {}
+    init_max: dict[str, Fraction] = {}
+    sidecars: dict[str, Fraction] = {}
+    init_items = spec.get("initContainers")
+    for res, counted in zip(containers, requests, strict=True):
+        if res.list_field == "containers":
+            _add(regular, counted)
+            continue
+        item = init_items[res.index] if isinstance(init_items, list) else None
+        if is_mapping(item) and item.get("restartPolicy") == "Always":
+            _add(sidecars, counted)
+        else:
+            # An init container runs while the sidecars started before it keep running.
+            for name, value in counted.items():
+                running = value + sidecars.get(name, Fraction(0))
+                init_max[name] = max(init_max.get(name, Fraction(0)), running)
     _add(regular, sidecars)
     total = dict(regular)
     for name, value in init_max.items():
         total[name] = max(total.get(name, Fraction(0)), value)
     overhead, _ = _quantities(spec.get("overhead"), ("spec", "overhead"))
     _add(total, overhead)
-    return PodResources(total, tuple(containers))
+    return total
+
+
+def kueue_pod_requests(job: EffectiveJob, default_requests: Mapping[str, Fraction]) -> Mapping[str, Fraction]:
+    """One pod's requests as Kueue counts them for its workload: each container's requests, the
+    namespace LimitRange's ``defaultRequest`` for resources it does not request — even when it
+    states a limit —, then its limits for the rest (Kueue v0.19.2 pkg/workload/resources.go
+    ``AdjustResources``: ``handlePodLimitRange`` before ``handleLimitsToRequests``), summed as
+    :func:`pod_resources` does. Computed once per job and defaults."""
+    # Keyed by the defaults' identity: callers pass one mapping per config (a job lives for one
+    # request), and hashing the quantities on every call would cost more than the lookup saves.
+    key = ("kueue_pod_requests", id(default_requests))
+    found = job.memo.get(key)
+    if found is None:
+        pod = pod_resources(job)
+        counted: list[Mapping[str, Fraction]] = []
+        for res in pod.containers:
+            missing = [k for k in default_requests if k not in res.explicit_requests]
+            if missing:
+                adjusted = dict(res.requests)
+                for k in missing:
+                    adjusted[k] = default_requests[k]
+                counted.append(adjusted)
+            else:
+                counted.append(res.requests)
+        found = job.memo[key] = MappingProxyType(_pod_total(job.spec, pod.containers, counted))
+    assert isinstance(found, MappingProxyType)
+    return found
 
 
 _BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))

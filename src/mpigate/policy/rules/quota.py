@@ -1,24 +1,34 @@
-"""MPG-Q001..Q008: what the team can ever be admitted, node and GPU shapes, queues, priority,
-concurrency and live usage."""
+"""MPG-Q001..Q008: what Kueue can ever admit for the team, node and GPU shapes, queues, priority,
+concurrency and live usage.
+
+MPG-Q001 and MPG-Q008 judge the job's Kueue workload (:mod:`mpigate.policy.workload`) with Kueue's
+own arithmetic (:mod:`mpigate.kueue`) on the team's ClusterQueue as mpigate renders it
+(:func:`mpigate.config.queueing.queue_view`): every covered resource, one flavor per resource group,
+borrowing only as far as the cohort can lend. MPG-Q001 is Kueue's NoFit on an empty cluster (the job
+can never be admitted); MPG-Q008 is what stands between the job and admission with the live usage.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 from fractions import Fraction
 from types import MappingProxyType
 
-from mpigate.config import Config
+from mpigate import kueue
+from mpigate.config import Config, parse_quantity
 from mpigate.config.model import Team
-from mpigate.policy.context import PRIORITY_LABEL, QUEUE_LABEL, JobContext, as_int
+from mpigate.config.queueing import QueueView, kueue_amount, preemption_summary, queue_view
+from mpigate.policy.context import PRIORITY_LABEL, QUEUE_LABEL, JobContext, as_int, as_mapping
 from mpigate.policy.decision import Demand
 from mpigate.policy.demand import is_gpu
 from mpigate.policy.findings import Finding
 from mpigate.policy.prepared import memoized
 from mpigate.policy.shapes import TRAINJOB
-from mpigate.trainjob import EffectiveJob, Resolution, pod_resources
-from mpigate.trainjob.resolve import NODE
+from mpigate.policy.workload import workload_podsets
+from mpigate.trainjob import EffectiveJob, Resolution, format_quantity, pod_resources
 
-__all__ = ["check_quota", "gpus_for_nodes"]
+__all__ = ["check_quota"]
 
 
 def _gpu_pods(resolution: Resolution, known: frozenset[str]) -> list[tuple[EffectiveJob, dict[str, int]]]:
@@ -33,25 +43,6 @@ def _gpu_pods(resolution: Resolution, known: frozenset[str]) -> list[tuple[Effec
         if gpus:
             out.append((job, gpus))
     return out
-
-
-def gpus_for_nodes(
-    resolution: Resolution, known: frozenset[str], resource: str, nodes: int, *, node_job: str = NODE
-) -> int:
-    """GPUs of ``resource`` the job would ask with ``nodes`` nodes (Trainer's pod counts for
-    ``spec.trainer.numNodes``: MPI ``node`` job ``max(N-1, 1)`` with runLauncherAsNode, else ``N``;
-    other policies: the trainer job ``N``. An MPIJob's ``node_job`` is its Worker, ``N-1`` workers
-    with runLauncherAsWorker)."""
-    ml = resolution.ml_policy
-    total = 0
-    for job, gpus in _gpu_pods(resolution, known):
-        pods = job.pods
-        if ml is not None and ml.mpi and job.name == node_job:
-            pods = job.replicas * (max(nodes - 1, 1) if ml.run_launcher_as_node else nodes)
-        elif (ml is None or not ml.mpi) and job.name == resolution.trainer_job:
-            pods = nodes
-        total += pods * gpus.get(resource, 0)
-    return total
 
 
 def _breakdown(resolution: Resolution, known: frozenset[str], resource: str) -> str:
@@ -74,7 +65,6 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
         return
     config = ctx.config
     resolution = ctx.resolution
-    known = ctx.gpu_resources
 
     # MPG-Q002: numNodes within maxNodesPerJob.
     shape = ctx.shape
@@ -92,44 +82,14 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
             f"numNodes {nodes} > maxNodesPerJob {team.max_nodes_per_job}",
         )
 
-    # MPG-Q001: GPU demand within nominal + borrowing over the team's flavors.
-    if demand is not None:
-        for resource, asked in demand.gpus.items():
-            ceiling = config.max_gpus(team.name, resource)
-            if asked <= ceiling:
-                continue
-            flavors = [q for q in team.gpus.values() if config.flavors[q.flavor].gpu_resource == resource]
-            if flavors:
-                quota = ", ".join(
-                    f"nominal {q.nominal} + borrowing {q.borrowing_limit} on {q.flavor}" for q in flavors
-                )
-                limit = f"{team.name} can use at most {ceiling} ({quota})"
-            else:
-                offered = sorted({config.flavors[q.flavor].gpu_resource for q in team.gpus.values()})
-                offer = ", ".join(offered) or "no GPUs"
-                limit = f"{team.name} has no quota for {resource} (its flavors offer {offer})"
-            breakdown = _breakdown(resolution, known, resource) if resolution else ""
-            fix = f"ask {ctx.contact} to raise {ctx.team_file}."
-            if resolution is not None and ceiling > 0:
-                fitting = [
-                    n
-                    for n in range(resolution.num_nodes - 1, 0, -1)
-                    if gpus_for_nodes(resolution, known, resource, n, node_job=shape.node_job) <= ceiling
-                ]
-                if fitting:
-                    fix = f"Set {shape.nodes} to {_node_setting(ctx, fitting[0])} or fewer, or " + fix
-                else:
-                    fix = f"Ask for fewer GPUs per pod in {shape.per_pod}, or " + fix
-            else:
-                fix = fix[0].upper() + fix[1:]
-            yield Finding(
-                "MPG-Q001",
-                shape.demand,
-                f"asks {asked} {resource}{f' ({breakdown})' if breakdown else ''} but {limit}.",
-                fix,
-                f"asks {asked} {resource}, {team.name} can get at most {ceiling}; the job could "
-                "never be admitted",
-            )
+    # MPG-Q001: Kueue can ever admit the job into the team's ClusterQueue.
+    view = queue_view(config)
+    podsets = _podsets(ctx, demand, view)
+    if podsets:
+        static = kueue.assign(view.tree, team.name, podsets, view.flavors)
+        yield from _never_admitted(ctx, view, static, podsets)
+    else:
+        static = None
 
     # MPG-Q003: GPUs per pod fit a node; requests = limits; whole numbers.
     if resolution is not None:
@@ -153,15 +113,19 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
 
     # MPG-Q005: created suspended, so that nothing runs before Kueue admits it (mpigate's mutation
     # sets it; a CREATE that reaches validation without it skipped or undid that mutation).
-    if ctx.operation == "CREATE" and ctx.spec.get("suspend") is not True:
+    suspend_path = ctx.shape.suspend
+    suspended: Any = ctx.obj
+    for key in suspend_path:
+        suspended = as_mapping(suspended).get(key)
+    if ctx.operation == "CREATE" and suspended is not True:
         yield Finding(
             "MPG-Q005",
-            "spec.suspend",
+            ".".join(suspend_path),
             f"is not true: the job would start before Kueue admits it into {team.name}'s queue, "
             "outside the team's quota and flavors.",
-            "Create the TrainJob with spec.suspend: true (mpigate's mutating webhook sets it); Kueue "
-            "un-suspends it when its ClusterQueue admits it.",
-            "created without spec.suspend: true",
+            f"Create the {ctx.shape.kind} with {'.'.join(suspend_path)}: true (mpigate's mutating webhook "
+            "sets it); Kueue un-suspends it when its ClusterQueue admits it.",
+            f"created without {'.'.join(suspend_path)}: true",
         )
 
     # MPG-Q006: priority class the team may use.
@@ -193,9 +157,9 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
             f"{team.name} has {live.active_jobs}/{team.max_concurrent_jobs} active TrainJobs",
         )
 
-    # MPG-Q008 (advisory): does the job fit the free quota right now?
-    if ctx.operation == "CREATE" and live is not None and live.gpus_in_use is not None and demand is not None:
-        yield from _live_usage(ctx, demand)
+    # MPG-Q008 (advisory): what stands between the job and admission right now.
+    if ctx.operation == "CREATE" and live is not None and static is not None and static.admissible:
+        yield from _live_usage(ctx, view, podsets)
 
 
 def _node_setting(ctx: JobContext, nodes: int) -> int:
@@ -328,30 +292,218 @@ def _slots(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
             )
 
 
-def _live_usage(ctx: JobContext, demand: Demand) -> Iterator[Finding]:
+def _podsets(ctx: JobContext, demand: Demand | None, view: QueueView) -> tuple[kueue.PodSet, ...]:
+    """The job's Kueue pod sets: from its effective pods, or - runtime unknown - the lower bound
+    ``numNodes × resourcesPerNode`` of its demand estimate."""
+    if ctx.resolution is not None:
+        return workload_podsets(ctx.resolution, view.limit_range_defaults, node_job=ctx.shape.node_job)
+    if demand is None:
+        return ()
+    out: list[kueue.PodSet] = []
+    for job in demand.jobs:
+        requests: dict[str, int] = {r: g * job.pods for r, g in job.gpus_per_pod.items()}
+        for resource, text in (("cpu", job.cpu_per_pod), ("memory", job.memory_per_pod)):
+            if text is not None:
+                requests[resource] = kueue_amount(resource, parse_quantity(text)) * job.pods
+        out.append(kueue.PodSet(job.name, job.pods, MappingProxyType(requests)))
+    return tuple(out)
+
+
+def _count(resource: str, amount: int) -> str:
+    """A Kueue amount as a quantity: ``8``, ``1500m`` (cpu), ``64Gi`` (memory)."""
+    if resource == "cpu":
+        return format_quantity(Fraction(amount, 1000), "cpu") or "0"
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        return format_quantity(Fraction(amount), resource) or "0"
+    return str(amount)
+
+
+def _amount(resource: str, amount: int) -> str:
+    """A Kueue amount with its resource: ``8 nvidia.com/gpu``, ``1500m cpu``, ``3 pods``."""
+    if resource == "pods":
+        return f"{amount} pod{'s' if amount != 1 else ''}"
+    return f"{_count(resource, amount)} {resource}"
+
+
+def _ceiling(view: QueueView, team: Team, fr: kueue.FlavorResource) -> str:
+    """Why ``potentialAvailable`` is what it is, in the TeamQuota's terms."""
+    tree = view.tree
+    flavor, resource = fr
+    quota = tree.queues[team.name].quotas.get(fr, kueue.Quota(0))
+    maximum = tree.potential_available(team.name, fr)
+    nominal = _count(resource, quota.nominal)
+    if team.cohort is None:
+        return f"{flavor}: nominal {nominal}, no cohort to borrow from"
+    lent = maximum - quota.nominal
+    if quota.borrowing_limit == 0:
+        return f"{flavor}: nominal {nominal}, no borrowing"
+    if quota.borrowing_limit is not None and lent >= quota.borrowing_limit:
+        return f"{flavor}: nominal {nominal} + borrowing {_count(resource, quota.borrowing_limit)}"
+    limit = ""
+    if quota.borrowing_limit:
+        limit = f"borrowingLimit {_count(resource, quota.borrowing_limit)}, but "
+    if lent <= 0:
+        return f"{flavor}: nominal {nominal}; {limit}no other team of cohort {team.cohort} lends {flavor}"
+    lendable = _count(resource, lent)
+    return f"{flavor}: nominal {nominal}; {limit}cohort {team.cohort} can lend at most {lendable}"
+
+
+def _shape(ctx: JobContext, podsets: tuple[kueue.PodSet, ...], resource: str) -> str:
+    if ctx.resolution is not None and is_gpu(resource, ctx.gpu_resources):
+        return _breakdown(ctx.resolution, ctx.gpu_resources, resource)
+    parts = [
+        f"{ps.name} {ps.count} × {_amount(resource, ps.requests[resource] // ps.count)}"
+        for ps in podsets
+        if ps.requests.get(resource) and ps.count
+    ]
+    return " + ".join(parts)
+
+
+def _fewer_nodes(ctx: JobContext, view: QueueView, team: Team) -> int | None:
+    """The largest numNodes below the job's that Kueue could admit, if any."""
+    resolution = ctx.resolution
+    if resolution is None:
+        return None
+    for nodes in range(resolution.num_nodes - 1, 0, -1):
+        podsets = workload_podsets(resolution, view.limit_range_defaults, nodes, node_job=ctx.shape.node_job)
+        if kueue.assign(view.tree, team.name, podsets, view.flavors).admissible:
+            return nodes
+    return None
+
+
+def _never_admitted(
+    ctx: JobContext, view: QueueView, assignment: kueue.Assignment, podsets: tuple[kueue.PodSet, ...]
+) -> Iterator[Finding]:
     team = ctx.team
-    live = ctx.live
-    assert team is not None and live is not None and live.gpus_in_use is not None
+    assert team is not None
     config = ctx.config
-    for resource, asked in demand.gpus.items():
-        flavors = [q for q in team.gpus.values() if config.flavors[q.flavor].gpu_resource == resource]
-        if not flavors:
+    queue = view.tree.queues[team.name]
+    ask = f"ask {ctx.contact} to raise {ctx.team_file}."
+    reported: set[tuple[str, ...]] = set()
+    for failure in assignment.failures:
+        if failure.resources in reported:
             continue
-        nominal = live.nominal or {}
-        borrowing = live.borrowing or {}
-        limit = sum(
-            nominal.get(q.flavor, q.nominal) + borrowing.get(q.flavor, q.borrowing_limit) for q in flavors
+        reported.add(failure.resources)
+        if failure.uncovered:
+            (resource,) = failure.resources
+            total = sum(ps.requests.get(resource, 0) for ps in podsets)
+            asking = ", ".join(ps.name for ps in podsets if ps.requests.get(resource))
+            if is_gpu(resource, ctx.gpu_resources):
+                offered = sorted({config.flavors[q.flavor].gpu_resource for q in team.gpus.values()})
+                offer = ", ".join(offered) or "no GPUs"
+                why = f"{team.name} has no quota for {resource} (its flavors offer {offer})"
+                fix = ask[0].upper() + ask[1:]
+            else:
+                covered = ", ".join(r for g in queue.resource_groups for r in g.covered)
+                why = f"{team.name}'s ClusterQueue does not cover {resource} (it covers {covered})"
+                fix = (
+                    f"Remove the {resource} request from the pods ({ctx.shape.per_pod}, or where the runtime "
+                    "or a runtime patch sets it); mpigate's ClusterQueues cover cpu, memory, pods and the "
+                    "team's GPU resources."
+                )
+            yield Finding(
+                "MPG-Q001",
+                ctx.shape.demand,
+                f"asks {_amount(resource, total)} ({asking}) but {why}; Kueue never admits a job that asks "
+                "a resource its ClusterQueue does not cover.",
+                fix,
+                f"asks {resource}, which {team.name}'s ClusterQueue does not cover; never admitted",
+            )
+            continue
+        quota_attempts = [a for a in failure.attempts if a.reason == "quota"]
+        if not quota_attempts:
+            flavors = "; ".join(
+                f"{name}: {', '.join(f'{k}={v}' for k, v in sorted(view.flavors[name].node_labels.items()))}"
+                for name in (a.flavor for a in failure.attempts)
+                if name in view.flavors
+            )
+            yield Finding(
+                "MPG-Q001",
+                ctx.shape.demand,
+                f"the {failure.podset} pods select nodes (nodeSelector or required node affinity) that none "
+                f"of {team.name}'s flavors for {', '.join(failure.resources)} has ({flavors}); Kueue would "
+                "never admit the job.",
+                "Remove or correct the node selection of those pods; Kueue places the pods on the flavor's "
+                "nodes itself.",
+                f"pods select nodes no flavor of {team.name} has; never admitted",
+            )
+            continue
+        first = quota_attempts[0]
+        resource = first.resource
+        limits = "; ".join(_ceiling(view, team, (a.flavor, a.resource)) for a in quota_attempts)
+        most = max(a.maximum for a in quota_attempts)
+        shape = _shape(ctx, podsets, resource)
+        if ctx.resolution is not None and most > 0:
+            nodes = _fewer_nodes(ctx, view, team)
+            if nodes is not None:
+                fix = f"Set {ctx.shape.nodes} to {_node_setting(ctx, nodes)} or fewer, or " + ask
+            else:
+                fix = f"Ask for less {resource} per pod in {ctx.shape.per_pod}, or " + ask
+        else:
+            fix = ask[0].upper() + ask[1:]
+        asked = sum(ps.requests.get(resource, 0) for ps in podsets)
+        yield Finding(
+            "MPG-Q001",
+            ctx.shape.demand,
+            f"asks {_amount(resource, asked)}{f' ({shape})' if shape else ''} but Kueue can admit at most "
+            f"{_count(resource, most)} for {team.name} ({limits}); it would never admit the job.",
+            fix,
+            f"asks {_amount(resource, asked)}, {team.name} can get at most {_count(resource, most)}; "
+            "the job could never be admitted",
         )
-        used = sum(live.gpus_in_use.get(q.flavor, 0) for q in flavors)
-        if asked > limit or used + asked <= limit:
-            continue
-        wait = used + asked - limit
-        names = "/".join(q.flavor for q in flavors)
+
+
+def _usage(ctx: JobContext, view: QueueView) -> kueue.Usage | None:
+    """The cohort tree's usage from the live context: every ClusterQueue's reservations
+    (``LiveContext.queue_usage``) and/or the team's GPUs in use per flavor (``gpus_in_use``)."""
+    live = ctx.live
+    team = ctx.team
+    assert live is not None and team is not None
+    per_queue: dict[str, dict[kueue.FlavorResource, int]] = {}
+    if live.queue_usage is not None:
+        for queue, flavors in live.queue_usage.items():
+            per_queue[queue] = {(f, r): v for f, used in flavors.items() for r, v in used.items()}
+    if live.gpus_in_use is not None and team.name not in per_queue:
+        own: dict[kueue.FlavorResource, int] = {}
+        for flavor, used in live.gpus_in_use.items():
+            known = ctx.config.flavors.get(flavor)
+            if known is not None:
+                own[(flavor, known.gpu_resource)] = used
+        per_queue[team.name] = own
+    if not per_queue:
+        return None
+    return view.tree.usage(per_queue)
+
+
+def _live_usage(ctx: JobContext, view: QueueView, podsets: tuple[kueue.PodSet, ...]) -> Iterator[Finding]:
+    team = ctx.team
+    assert team is not None
+    usage = _usage(ctx, view)
+    if usage is None:
+        return
+    now = kueue.assign(view.tree, team.name, podsets, view.flavors, usage)
+    # Kueue compares each pod set with what the earlier ones took: the last is the job's total.
+    worst: dict[kueue.FlavorResource, kueue.Shortfall] = {}
+    for short in now.shortfalls:
+        fr = (short.flavor, short.resource)
+        if fr not in worst or short.requested > worst[fr].requested:
+            worst[fr] = short
+    for (flavor, resource), short in worst.items():
+        gpus = is_gpu(resource, ctx.gpu_resources)
+        what = "GPUs" if gpus else resource
+        needed = f"{_count(resource, short.needed)} more free {what}"
+        free = _count(resource, short.available)
+        asked = _count(resource, short.requested)
+        verb = "is" if short.available == 1 and gpus else "are"
+        lend = f" and what cohort {team.cohort} can lend" if team.cohort else ""
         yield Finding(
             "MPG-Q008",
             ctx.shape.demand,
-            f"{team.name} uses {used}/{limit} GPUs on {names}; this job asks {asked} and will wait for "
-            f"{wait} to free (Kueue keeps it queued).",
-            "Nothing to do: Kueue admits the job when GPUs free up; ask for fewer GPUs to start sooner.",
-            f"{team.name} uses {used}/{limit} GPUs; this job asks {asked} and will wait for {wait} to free",
+            f"{team.name} needs {needed} of flavor {flavor}: the job asks {asked} and {free} {verb} free "
+            f"for it now (its own quota{lend}); borrowing, preemption and queue order can change this.",
+            "Nothing to do: Kueue keeps the job queued and admits it when quota frees up. "
+            + preemption_summary(team.name, ctx.config.kueue.fair_sharing)
+            + f" Ask for fewer {what} to start sooner.",
+            f"{team.name} needs {needed} of flavor {flavor}; borrowing, preemption and queue order can "
+            "change this",
         )
