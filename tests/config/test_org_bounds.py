@@ -110,13 +110,14 @@ PERSONA_RULES = [
 
 
 def grant_viewer(org: Path, groups: str, resources: str, verbs: str) -> None:
-    """Give the example's viewer persona one more RBAC rule (flow-style lists)."""
-    viewer = (
-        "    viewer:\n      description: Read-only access to the team's jobs, pods and queue.\n"
-        "      kueue: none\n      rules:\n"
-    )
+    """Give the example's viewer persona one more RBAC rule (flow-style lists), as its first rule
+    (found by position: the persona's other keys may change)."""
+    personas = org / "rbac" / "personas.yaml"
+    text = personas.read_text(encoding="utf-8")
+    viewer = text.index("    viewer:\n")
+    rules = text.index("      rules:\n", viewer) + len("      rules:\n")
     rule = f"        - {{apiGroups: {groups}, resources: {resources}, verbs: {verbs}}}\n"
-    edit(org / "rbac" / "personas.yaml", viewer, viewer + rule)
+    personas.write_text(text[:rules] + rule + text[rules:], encoding="utf-8")
 
 
 @pytest.mark.parametrize(("groups", "resources", "verbs"), PERSONA_RULES)

@@ -43,22 +43,33 @@ def test_a_well_formed_mpijob_is_admitted_mutated_and_the_mutation_is_stable(org
         "capabilities": {"drop": ["ALL"]},
     }
     assert mutated["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "nlp-team"
-    assert mutated["spec"]["runPolicy"] == {"cleanPodPolicy": "Running", "activeDeadlineSeconds": 86400}
+    # suspended like a TrainJob: Kueue's MPIJob defaulter runs before mpigate's and suspends only
+    # jobs that already carry the queue label; Kueue un-suspends it on admission
+    assert mutated["spec"]["runPolicy"] == {
+        "cleanPodPolicy": "Running",
+        "activeDeadlineSeconds": 86400,
+        "suspend": True,
+    }
     # the mutating webhook gives the same patch; mutating the result again changes nothing
     assert mutations(org, request(obj), now=NOW).patch == decision.patch
     assert evaluate(org, request(mutated), now=NOW).patch == ()
     # the validating webhook's verdict on the mutated object is evaluate's on the manifest
     judged = judge(org, request(mutated), now=NOW)
     assert (judged.allowed, judged.violations, judged.demand) == (True, decision.violations, decision.demand)
-    # without the mutation the same pods are unpinned and unlabelled: judge does not assume it
-    assert {"MPG-NET-001", "MPG-RES-001"} <= set(judge(org, request(obj), now=NOW).rule_ids)
+    # without the mutation the same pods are unpinned and unlabelled, and the job would start before
+    # Kueue admits it: judge does not assume it
+    unmutated = judge(org, request(obj), now=NOW)
+    assert {"MPG-NET-001", "MPG-RES-001", "MPG-Q005"} <= set(unmutated.rule_ids)
+    assert ("MPG-Q005", "spec.runPolicy.suspend") in {(v.rule, v.path) for v in unmutated.violations}
 
 
 def test_findings_name_the_mpijobs_own_fields(org: Config) -> None:
     decision = decide(org, read("mpijobs/deny-mpijob-over-quota.yaml"))
     (v,) = [v for v in decision.violations if v.rule == "MPG-Q001"]
     assert v.path == "spec.mpiReplicaSpecs"
-    assert v.message.startswith("asks 32 nvidia.com/gpu (4 nodes × 8 GPUs) but nlp-team can use at most 16")
+    assert v.message.startswith(
+        "asks 32 nvidia.com/gpu (4 nodes × 8 GPUs) but Kueue can admit at most 16 for nlp-team"
+    )
     assert v.fix.startswith("Set spec.mpiReplicaSpecs.Worker.replicas to 2 or fewer")
     privileged = decide(org, read("mpijobs/deny-mpijob-privileged-worker.yaml"))
     paths = {v.rule: v.path for v in privileged.violations}

@@ -11,9 +11,9 @@ can never be admitted); MPG-Q008 is what stands between the job and admission wi
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
 from fractions import Fraction
 from types import MappingProxyType
+from typing import Any
 
 from mpigate import kueue
 from mpigate.config import Config, parse_quantity
@@ -380,6 +380,7 @@ def _never_admitted(
     queue = view.tree.queues[team.name]
     ask = f"ask {ctx.contact} to raise {ctx.team_file}."
     reported: set[tuple[str, ...]] = set()
+    unmatched: set[str] = set()
     for failure in assignment.failures:
         if failure.resources in reported:
             continue
@@ -412,17 +413,23 @@ def _never_admitted(
             continue
         quota_attempts = [a for a in failure.attempts if a.reason == "quota"]
         if not quota_attempts:
+            if failure.podset in unmatched:
+                continue
+            unmatched.add(failure.podset)
+            # Every group the pod set asks for: it is one story (its node selection), told once.
+            names = sorted(
+                {a.flavor for f in assignment.failures if f.podset == failure.podset for a in f.attempts}
+            )
             flavors = "; ".join(
                 f"{name}: {', '.join(f'{k}={v}' for k, v in sorted(view.flavors[name].node_labels.items()))}"
-                for name in (a.flavor for a in failure.attempts)
+                for name in names
                 if name in view.flavors
             )
             yield Finding(
                 "MPG-Q001",
                 ctx.shape.demand,
                 f"the {failure.podset} pods select nodes (nodeSelector or required node affinity) that none "
-                f"of {team.name}'s flavors for {', '.join(failure.resources)} has ({flavors}); Kueue would "
-                "never admit the job.",
+                f"of {team.name}'s flavors has ({flavors}); Kueue would never admit the job.",
                 "Remove or correct the node selection of those pods; Kueue places the pods on the flavor's "
                 "nodes itself.",
                 f"pods select nodes no flavor of {team.name} has; never admitted",
