@@ -282,9 +282,11 @@ def check_tree(path: str | Path, *, revision: str | None = None, today: dt.date 
         )
         # Checks that need Kueue's arithmetic run on the built model (config.queueing).
         problems.extend(queueing_problems(config, _locator(by_kind)))
+        built = config
         config = dataclasses.replace(
             config, warnings=tuple(p for p in problems if p.severity is Severity.WARNING)
         )
+        config.memo.update(built.memo)  # the same content: keep what the checks derived (the queues)
     return CheckResult(
         root=str(root),
         config=config,
