@@ -228,15 +228,22 @@ FAIR_SHARING_STRATEGIES: Final = ("LessThanOrEqualToFinalShare", "LessThanInitia
 def kueue_configuration(config: Config) -> dict[str, Any]:
     """The keys of Kueue's (cluster-wide) Configuration that the config tree relies on, for the
     cluster admin to merge into Kueue's own (``config.kueue.x-k8s.io/v1beta2``, Kueue v0.19.2
-    apis/config/v1beta2/configuration_types.go): the TrainJob integration, ``quotaCheckStrategy:
-    BlockUndeclared`` (a workload asking a resource its ClusterQueue does not cover is never
-    admitted, which MPG-Q001 mirrors), fair sharing when ``fairSharing`` is on (Kueue enables it
-    when the key is present) and ``waitForPodsReady`` when set."""
+    apis/config/v1beta2/configuration_types.go): the TrainJob and MPIJob integrations,
+    ``manageJobsWithoutQueueName`` in the team namespaces (the ``mpigate.io/team`` label),
+    ``quotaCheckStrategy: BlockUndeclared`` (a workload asking a resource its ClusterQueue does not
+    cover is never admitted, which MPG-Q001 mirrors), fair sharing when ``fairSharing`` is on (Kueue
+    enables it when the key is present) and ``waitForPodsReady`` when set. The controller checks
+    the live Configuration against the same settings (controller/reliances.py)."""
     settings = config.kueue
     out: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
-        "integrations": {"frameworks": ["trainer.kubeflow.org/trainjob"]},
+        # Jobs whose queue label goes missing stay Kueue's (suspended) in team namespaces.
+        "manageJobsWithoutQueueName": True,
+        "managedJobsNamespaceSelector": {
+            "matchExpressions": [{"key": "mpigate.io/team", "operator": "Exists"}]
+        },
+        "integrations": {"frameworks": ["trainer.kubeflow.org/trainjob", "kubeflow.org/mpijob"]},
         "resources": {"quotaCheckStrategy": "BlockUndeclared"},
     }
     if settings.fair_sharing:

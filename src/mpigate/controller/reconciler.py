@@ -641,7 +641,8 @@ class Reconciler:
         except KubeError as exc:
             found = unknown_reliances(f"reading ConfigMap {where} failed ({exc.kind})")
         else:
-            found = kueue_reliances(configmap, where)
+            config = self._config()  # what the tree declares of Kueue (None: not loaded yet)
+            found = kueue_reliances(configmap, where, config.kueue if config is not None else None)
         for reliance in found:
             self.metrics.reliance.labels(reliance.check).set(reliance.value)
             if reliance.check in self._reliances and self._reliances[reliance.check] is reliance.holds:

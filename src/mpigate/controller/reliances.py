@@ -11,6 +11,13 @@ all. :func:`kueue_reliances` reads the Configuration as Kueue's install ships it
 (``config/components/manager``: configMapGenerator ``manager-config`` with ``namePrefix: kueue-``)
 — and says which of these hold. The controller logs a warning and sets
 ``mpigate_controller_reliance{check}`` (1 holds, 0 does not, -1 could not be checked).
+
+The quota rules rely on three more settings, which the config tree declares in
+``GPUFlavors.spec.kueue`` (docs/quota.md) and ``mpigate render`` writes to
+``kueue/configuration.yaml``: ``resources.quotaCheckStrategy`` is ``BlockUndeclared`` (MPG-Q001
+refuses a job asking a resource no ClusterQueue covers, as Kueue then never admits it); fair sharing
+is on exactly when the tree says so (the teams' ``fairShareWeight`` and MPG-Q008's account of
+preemption); ``waitForPodsReady`` is set when the tree wants gang semantics.
 """
 
 from __future__ import annotations
@@ -21,10 +28,16 @@ from typing import Any, Final
 
 import yaml
 
+from mpigate.config.model import KueueSettings
+from mpigate.config.units import format_duration, parse_duration
+
 __all__ = [
     "DEFAULT_KUEUE_CONFIG",
+    "FAIR_SHARING",
     "KUEUE_CONFIG_KEY",
     "MANAGE_WITHOUT_QUEUE",
+    "QUOTA_CHECK",
+    "WAIT_FOR_PODS_READY",
     "Reliance",
     "kueue_reliances",
     "unknown_reliances",
@@ -38,6 +51,14 @@ _FRAMEWORKS: Final = (
     ("kueue-framework-mpijob", "kubeflow.org/mpijob", "MPIJobs"),
 )
 MANAGE_WITHOUT_QUEUE: Final = "kueue-manage-jobs-without-queue-name"
+QUOTA_CHECK: Final = "kueue-quota-check-strategy"
+FAIR_SHARING: Final = "kueue-fair-sharing"
+WAIT_FOR_PODS_READY: Final = "kueue-wait-for-pods-ready"
+_QUOTA_CHECKS: Final = (
+    (QUOTA_CHECK, "resources it does not cover the way MPG-Q001 assumes"),
+    (FAIR_SHARING, "fair sharing as GPUFlavors.spec.kueue.fairSharing says"),
+    (WAIT_FOR_PODS_READY, "waitForPodsReady as GPUFlavors.spec.kueue says"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +82,17 @@ def unknown_reliances(why: str) -> list[Reliance]:
         for check, what in (
             (MANAGE_WITHOUT_QUEUE, "jobs without a queue label"),
             *((c, what) for c, _, what in _FRAMEWORKS),
+            *_QUOTA_CHECKS,
         )
     ]
 
 
-def kueue_reliances(configmap: Mapping[str, Any] | None, where: str) -> list[Reliance]:
+def kueue_reliances(
+    configmap: Mapping[str, Any] | None, where: str, settings: KueueSettings | None = None
+) -> list[Reliance]:
     """The reliances on Kueue's Configuration, from its ConfigMap (``None``: not found) at ``where``
-    (``namespace/name``, for messages)."""
+    (``namespace/name``, for messages); ``settings``: what the config tree declares (default:
+    GPUFlavors' defaults)."""
     if configmap is None:
         return unknown_reliances(f"ConfigMap {where} not found (pass --kueue-config NAMESPACE/NAME)")
     data = configmap.get("data")
@@ -110,4 +135,65 @@ def kueue_reliances(configmap: Mapping[str, Any] | None, where: str) -> list[Rel
                 f"{where}, so their queue label and the team's quotas have no effect",
             )
         )
+    found.extend(_quota_reliances(config, where, settings or KueueSettings()))
     return found
+
+
+def _quota_reliances(config: Mapping[str, Any], where: str, settings: KueueSettings) -> list[Reliance]:
+    """Kueue v0.19.2 apis/config/v1beta2: ``Resources.QuotaCheckStrategy`` (default
+    BlockUndeclared), ``FairSharing`` (on when present), ``WaitForPodsReady``."""
+    resources = config.get("resources")
+    strategy = resources.get("quotaCheckStrategy") if isinstance(resources, Mapping) else None
+    blocks = strategy in (None, "BlockUndeclared")
+    out = [
+        Reliance(
+            QUOTA_CHECK,
+            blocks,
+            "Kueue never admits a job asking a resource its ClusterQueue does not cover (quotaCheckStrategy "
+            "BlockUndeclared), as MPG-Q001 assumes"
+            if blocks
+            else f"{where} sets quotaCheckStrategy {strategy}: Kueue admits jobs asking resources their "
+            "ClusterQueue does not cover, which MPG-Q001 refuses; set BlockUndeclared "
+            "(kueue/configuration.yaml)",
+        )
+    ]
+    kueue_fair = isinstance(config.get("fairSharing"), Mapping)
+    same = kueue_fair == settings.fair_sharing
+    state, declared = ("on" if kueue_fair else "off"), ("on" if settings.fair_sharing else "off")
+    out.append(
+        Reliance(
+            FAIR_SHARING,
+            same,
+            f"fair sharing is {state} in Kueue, as GPUFlavors.spec.kueue.fairSharing says"
+            if same
+            else f"fair sharing is {state} in {where} but GPUFlavors.spec.kueue.fairSharing says {declared}: "
+            f"the teams' fairShareWeight {'has no effect' if settings.fair_sharing else 'is applied'} and "
+            "MPG-Q008 describes preemption wrongly; merge kueue/configuration.yaml or correct GPUFlavors",
+        )
+    )
+    wanted = settings.wait_for_pods_ready
+    ready = config.get("waitForPodsReady")
+    timeout: int | None = None
+    if isinstance(ready, Mapping):
+        try:
+            timeout = parse_duration(str(ready.get("timeout", "5m")))
+        except ValueError:
+            timeout = None
+    if wanted is None:
+        out.append(Reliance(WAIT_FOR_PODS_READY, True, "the config tree does not rely on waitForPodsReady"))
+    else:
+        holds = timeout == wanted.timeout_seconds
+        want = format_duration(wanted.timeout_seconds)
+        out.append(
+            Reliance(
+                WAIT_FOR_PODS_READY,
+                holds,
+                f"Kueue evicts admitted jobs whose pods are not ready within {want} (waitForPodsReady)"
+                if holds
+                else f"GPUFlavors.spec.kueue.waitForPodsReady wants a {want} timeout but {where} has "
+                + (f"{format_duration(timeout)}" if timeout is not None else "no waitForPodsReady")
+                + ": admitted jobs whose pods cannot all start hold their quota; merge "
+                "kueue/configuration.yaml",
+            )
+        )
+    return out
