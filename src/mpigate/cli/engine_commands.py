@@ -83,7 +83,7 @@ def _parse_live(
             amount = kueue_amount(resource, parse_quantity(quantity)) if sep and resource else None
         except ValueError:
             amount = None
-        if amount is None or len(parts) < 2:
+        if amount is None or amount < 0 or len(parts) < 2:
             raise click.BadParameter(
                 f"{item!r}: expected QUEUE:FLAVOR[:RESOURCE]=QUANTITY (e.g. research-team:a100-eu=4, "
                 "nlp-team:region-eu:cpu=200); RESOURCE defaults to a GPU flavor's GPU resource",

@@ -119,7 +119,7 @@ class Usage:
 class QuotaTree:
     """ClusterQueues and their Cohorts, with every node's ``SubtreeQuota`` computed once."""
 
-    __slots__ = ("_children", "_groups", "_nodes", "_potential", "queues")
+    __slots__ = ("_depth", "_groups", "_nodes", "_potential", "queues")
 
     def __init__(self, queues: Iterable[ClusterQueue], cohorts: Iterable[Cohort] = ()) -> None:
         self.queues: dict[str, ClusterQueue] = {q.name: q for q in queues}
@@ -146,7 +146,12 @@ class QuotaTree:
         for root in children.get(None, ()):
             _accumulate(root, raw, children, nodes)
         self._nodes = nodes
-        self._children = {k: tuple(v) for k, v in children.items() if k is not None}
+        self._depth: dict[str, int] = {}
+        for key in nodes:
+            depth, parent = 0, nodes[key].parent
+            while parent is not None:
+                depth, parent = depth + 1, nodes[parent].parent
+            self._depth[key] = depth
         self._potential: dict[tuple[str, FlavorResource], int] = {}
         self._groups: dict[str, dict[str, ResourceGroup]] = {}
         for queue in self.queues.values():
@@ -161,9 +166,6 @@ class QuotaTree:
     def groups(self, queue: str) -> Mapping[str, ResourceGroup]:
         """Resource → the queue's resource group covering it (``group_for``, prepared once)."""
         return self._groups[queue]
-
-    def cohort_of(self, queue: str) -> str | None:
-        return self.queues[queue].cohort
 
     def subtree_quota(self, key: str, fr: FlavorResource) -> int:
         return self._nodes[key].subtree.get(fr, 0)
@@ -202,12 +204,22 @@ class QuotaTree:
     def usage(self, per_queue: Mapping[str, Mapping[FlavorResource, int]]) -> Usage:
         """Every node's usage from the ClusterQueues' (Kueue: ``accumulateFromChild``: a cohort
         holds what its children use past their ``localQuota``). Queues the tree does not know
-        are ignored."""
+        are ignored. Only the given queues and their ancestors are visited (deepest first), so
+        the cost follows the queues given, not the size of the tree."""
         by_node: dict[str, dict[FlavorResource, int]] = {}
+        touched: set[str] = set()
         for name, used in per_queue.items():
-            if name in self.queues:
-                by_node[_cq_key(name)] = {fr: v for fr, v in used.items() if v}
-        for key in self._bottom_up():
+            if name not in self.queues:
+                continue
+            key = _cq_key(name)
+            by_node[key] = {fr: v for fr, v in used.items() if v}
+            while key not in touched:
+                touched.add(key)
+                parent = self._nodes[key].parent
+                if parent is None:
+                    break
+                key = parent
+        for key in sorted(touched, key=lambda k: -self._depth[k]):
             node = self._nodes[key]
             if node.parent is None:
                 continue
@@ -240,19 +252,6 @@ class QuotaTree:
             )
         local_available = max(0, local - used)
         return local_available + parent_available
-
-    def _bottom_up(self) -> list[str]:
-        order: list[str] = []
-
-        def visit(key: str) -> None:
-            for child in self._children.get(key, ()):
-                visit(child)
-            order.append(key)
-
-        for key, node in self._nodes.items():
-            if node.parent is None:
-                visit(key)
-        return order
 
 
 def _check_cycles(cohorts: Mapping[str, Cohort]) -> None:
