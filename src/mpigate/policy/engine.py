@@ -477,8 +477,14 @@ def _kept_mutations(ctx: JobContext, already: Iterable[Finding]) -> list[Finding
     if not ops:
         return []
     taken = {f.path for f in already if f.rule == "MPG-LIFE-003"}
+    # The suspension mpigate sets on CREATE (MPG-Q005) is Kueue's to change from then on: it resumes
+    # the job on admission and suspends it again on preemption (Kueue v0.19.2
+    # pkg/controller/jobframework/reconciler.go (*JobReconciler).startJob, stopJob).
+    suspend = "/" + "/".join(ctx.shape.suspend)
     out: list[Finding] = []
     for op in ops:
+        if op["path"] == suspend:
+            continue
         parts: list[PathPart] = [
             int(t) if t.isdigit() else t for t in (unescape(t) for t in str(op["path"]).split("/")[1:])
         ]
