@@ -230,6 +230,10 @@ def test_no_sequence_of_admitted_updates_reaches_what_create_denies(
     trail: list[str] = []
     for last in _admitted(stored, tenant, ops):
         stored, trail = last
+    # Kueue resumes an admitted job (its own update above): the suspension is Kueue's state, so the
+    # stored job is judged as CREATE stored it, suspended; a tenant's resume stays denied.
+    stored = copy.deepcopy(stored)
+    stored["spec"]["suspend"] = True
     final = decide(ORG, stored, user=tenant)
     assert final.allowed, f"after {trail}: {final.message}"
     assert not _outside_own_entry(final, stored), f"after {trail}: CREATE would change {final.patch}"
@@ -330,3 +334,18 @@ def test_a_swapped_credential_is_a_new_finding_not_a_grandfathered_one() -> None
     decision = decide(ORG, swapped, operation="UPDATE", old=old, user=tenant)
     assert "MPG-SEC-SECRETS" in {v.rule for v in decision.denying}, decision.message
     assert "hf_" + "b" * 34 not in json.dumps(decision.to_dict())  # never shown
+
+
+@pytest.mark.skipif(not CREATABLE, reason="no example TrainJob is admitted on CREATE")
+def test_only_kueue_resumes_a_job_mpigate_created_suspended() -> None:
+    """The suspension mpigate sets on CREATE (MPG-Q005) is Kueue's to lift on admission and to set
+    again on preemption; a tenant who lifts it would start the job outside the queue."""
+    _, stored, tenant = CREATABLE[0]
+    assert stored["spec"]["suspend"] is True
+    resumed = copy.deepcopy(stored)
+    resumed["spec"]["suspend"] = False
+    denied = decide(ORG, resumed, operation="UPDATE", old=stored, user=tenant)
+    assert not denied.allowed
+    assert [v.path for v in denied.violations if v.rule == "MPG-LIFE-003"] == ["spec.suspend"], denied.message
+    assert decide(ORG, resumed, operation="UPDATE", old=stored, user=KUEUE).allowed
+    assert decide(ORG, stored, operation="UPDATE", old=resumed, user=KUEUE).allowed  # preemption
