@@ -371,11 +371,12 @@ PAGES: dict[str, Page] = {
         extra=("minimal",),
     ),
     "MPG-Q007": Page(
-        what="On CREATE, the team's active TrainJobs (read by the webhook from the cluster) must be "
-        "fewer than "
-        "its `maxConcurrentJobs`. Without live context the rule is silent (the webhook adds a "
-        "warning that live "
-        "context was unavailable); the rendered ResourceQuota backstop still counts TrainJobs.",
+        what="On CREATE of a TrainJob or an MPIJob, the team's active jobs - TrainJobs and MPIJobs "
+        "together, queued and suspended ones included, finished ones (TrainJob Complete/Failed, MPIJob "
+        "Succeeded/Failed) not, read by the webhook from the cluster - must be fewer than its "
+        "`maxConcurrentJobs`. Without live context the rule is silent (the webhook adds a warning that "
+        "live context was unavailable); the rendered ResourceQuota backstop still counts TrainJob "
+        "objects.",
         why="A cap on concurrent jobs keeps one team's sweep from flooding the queue and the API server.",
         fix="Wait for a job to finish or delete one, or ask for a higher `maxConcurrentJobs`.",
         example=Example(file="examples/trainjobs/queue-full.yaml", args=("--active-jobs", "5")),

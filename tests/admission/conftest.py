@@ -43,7 +43,8 @@ def as_mutated(obj: dict[str, Any], config: Path) -> dict[str, Any]:
     """``obj`` as the API server sends it to ``/validate``: after mpigate's own ``/mutate`` (the
     engine's patch for a CREATE, applied)."""
     meta = obj.get("metadata", {})
-    request = AdmissionInput("CREATE", "TrainJob", meta.get("namespace"), meta.get("name", ""), obj)
+    kind = obj.get("kind", "TrainJob")
+    request = AdmissionInput("CREATE", kind, meta.get("namespace"), meta.get("name", ""), obj)
     mutated = apply_patch(obj, mutations(load(config), request).patch)
     assert isinstance(mutated, dict)
     return mutated

@@ -18,7 +18,7 @@ import yaml
 
 from mpigate.admission.client import make_review
 from mpigate.admission.kube import KubeClient, KubeConfig, KubeConfigError, in_cluster_config, load_kubeconfig
-from mpigate.admission.live import KubeLiveSource, TrainJobCache, reservations
+from mpigate.admission.live import MPIJOBS, JobCache, KubeLiveSource, is_active, reservations
 from mpigate.admission.service import ServiceSettings
 from mpigate.config import load
 from mpigate.policy.decision import AdmissionInput
@@ -28,15 +28,16 @@ from .conftest import BASE_ORG, StartWebhook, as_mutated, trainjob, wait_for
 
 TJ = "trainer.kubeflow.org/v1alpha1/trainjobs"
 TJ_PATH = "/apis/trainer.kubeflow.org/v1alpha1/trainjobs"
+MJ = "kubeflow.org/v2beta1/mpijobs"
 CQ = "kueue.x-k8s.io/v1beta2/clusterqueues"
 LQ = "kueue.x-k8s.io/v1beta2/localqueues"
 CQ_PATH = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
 
 
-def job(ns: str, name: str, finished: str | None = None) -> dict[str, Any]:
+def job(ns: str, name: str, finished: str | None = None, kind: str = "TrainJob") -> dict[str, Any]:
     obj: dict[str, Any] = {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
+        "apiVersion": "kubeflow.org/v2beta1" if kind == "MPIJob" else "trainer.kubeflow.org/v1alpha1",
+        "kind": kind,
         "metadata": {"name": name, "namespace": ns},
     }
     if finished:
@@ -111,7 +112,7 @@ async def test_cache_counts_active_jobs_and_follows_the_watch(
     kmock: kmock_lib.KubernetesEmulator, client: KubeClient
 ) -> None:
     seed(kmock)
-    cache = TrainJobCache(client)
+    cache = JobCache(client)
     cache.start()
     try:
         await wait_for(lambda: cache.synced)
@@ -152,7 +153,7 @@ async def test_cache_relists_on_410_gone(kmock: kmock_lib.KubernetesEmulator, cl
     }
     kmock["get", TJ_PATH, kmock_lib.params(watch="true", resourceVersion="7")] << (gone,)
     kmock["get", TJ_PATH, lambda req: "watch" not in req.params] << listing
-    cache = TrainJobCache(client, backoff=(0.01, 0.05))
+    cache = JobCache(client, backoff=(0.01, 0.05))
     cache.start()
     try:
         await wait_for(lambda: cache.lists >= 2 and cache.synced)
@@ -177,7 +178,7 @@ async def test_cache_reports_api_errors_and_is_not_trusted_until_listed(
         << {"kind": "Status", "code": 403, "message": "trainjobs is forbidden: no RBAC"}
     )
     errors: list[tuple[str, str]] = []
-    cache = TrainJobCache(client, on_error=lambda s, r: errors.append((s, r)), backoff=(0.01, 0.05))
+    cache = JobCache(client, on_error=lambda s, r: errors.append((s, r)), backoff=(0.01, 0.05))
     cache.start()
     try:
         await wait_for(lambda: len(errors) >= 2)
@@ -186,6 +187,79 @@ async def test_cache_reports_api_errors_and_is_not_trusted_until_listed(
         assert errors[0] == ("trainjobs", "http-403")
     finally:
         await cache.stop()
+
+
+def test_a_job_is_active_until_its_kinds_finished_condition() -> None:
+    assert is_active(job("a", "t")) and not is_active(job("a", "t", finished="Complete"))
+    # An MPIJob ends Succeeded or Failed (MPI Operator v2beta1 JobSucceeded, JobFailed).
+    for finished, active in (("Succeeded", False), ("Failed", False), ("Complete", True), ("Running", True)):
+        assert is_active(job("a", "m", finished=finished, kind="MPIJob"), MPIJOBS) is active, finished
+    deleting = job("a", "m", kind="MPIJob")
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:00Z"
+    assert not is_active(deleting, MPIJOBS)
+
+
+async def test_live_source_counts_mpijobs_with_trainjobs_and_gives_mpijobs_live_context(
+    kmock: kmock_lib.KubernetesEmulator, client: KubeClient
+) -> None:
+    seed(kmock)
+    kmock.objects[MJ, "alpha", "m1"] = job("alpha", "m1", kind="MPIJob")
+    kmock.objects[MJ, "alpha-dev", "m2"] = job("alpha-dev", "m2", finished="Succeeded", kind="MPIJob")
+    kmock.objects[MJ, "beta", "m3"] = job("beta", "m3", kind="MPIJob")
+    config = load(BASE_ORG)
+    source = KubeLiveSource(client)
+    await source.start()
+    try:
+        await wait_for(lambda: source.synced)
+        assert not source.mpijobs.absent and source.mpijobs.active_jobs(("alpha", "alpha-dev")) == 1
+        live = await source.context(config, request_for(trainjob()), timeout=30.0)
+        assert live is not None and live.active_jobs == 2  # TrainJob a1 and MPIJob m1
+        # The job under review is not counted, by kind: a TrainJob called m1 is not the MPIJob m1.
+        named_m1 = trainjob()
+        named_m1["metadata"]["name"] = "m1"
+        live = await source.context(config, request_for(named_m1), timeout=30.0)
+        assert live is not None and live.active_jobs == 2
+        mpijob = job("alpha", "m1", kind="MPIJob")
+        live = await source.context(config, AdmissionInput("CREATE", "MPIJob", "alpha", "m1", mpijob), 30.0)
+        assert live is not None and live.active_jobs == 1
+        # MPIJobs get Kueue's usage as TrainJobs do (MPG-Q008).
+        assert dict(live.gpus_in_use or {}) == {"gpu-eu": 6} and live.unavailable_reason is None
+    finally:
+        await source.stop_caches()
+
+
+async def test_without_the_mpi_operator_there_are_no_mpijobs_to_count(
+    kmock: kmock_lib.KubernetesEmulator, client: KubeClient
+) -> None:
+    seed(kmock)  # no MPIJob resource: the API server answers 404 to its LIST
+    errors: list[tuple[str, str]] = []
+    source = KubeLiveSource(client, on_error=lambda s, r: errors.append((s, r)))
+    await source.start()
+    try:
+        await wait_for(lambda: source.synced)
+        assert source.mpijobs.absent and errors == []
+        live = await source.context(load(BASE_ORG), request_for(trainjob()), timeout=30.0)
+        assert live is not None and live.active_jobs == 1 and live.unavailable_reason is None
+    finally:
+        await source.stop_caches()
+
+
+async def test_mpijob_counts_that_cannot_be_read_silence_mpg_q007_with_a_reason(
+    kmock: kmock_lib.KubernetesEmulator, client: KubeClient
+) -> None:
+    seed(kmock)
+    kmock["get", "/apis/" + MJ] << 403 << {"kind": "Status", "code": 403, "message": "mpijobs is forbidden"}
+    errors: list[tuple[str, str]] = []
+    source = KubeLiveSource(client, on_error=lambda s, r: errors.append((s, r)))
+    await source.start()
+    try:
+        await wait_for(lambda: source.jobs.synced and ("mpijobs", "http-403") in errors)
+        live = await source.context(load(BASE_ORG), request_for(trainjob()), timeout=30.0)
+        assert live is not None and live.active_jobs is None
+        assert "MPIJob counts not synced" in (live.unavailable_reason or "")
+        assert "mpijobs is forbidden" in (live.unavailable_reason or "")
+    finally:
+        await source.stop_caches()
 
 
 def test_reservations_per_flavor_and_resource_in_kueue_units() -> None:
@@ -211,7 +285,7 @@ async def test_live_source_fills_the_context_from_cache_and_clusterqueue(
     source = KubeLiveSource(client)
     await source.start()
     try:
-        await wait_for(lambda: source.jobs.synced)
+        await wait_for(lambda: source.synced)
         live = await source.context(config, request_for(trainjob()), timeout=30.0)
         assert live is not None
         assert live.active_jobs == 1
@@ -228,7 +302,7 @@ async def test_live_source_fills_the_context_from_cache_and_clusterqueue(
         other["metadata"]["namespace"] = "nobody"
         assert await source.context(config, request_for(other), timeout=30.0) is None
     finally:
-        await source.jobs.stop()
+        await source.stop_caches()
 
 
 # An answer that fails is given the lookup bound no loaded machine reaches (30 s); a hang (60 s) is
@@ -255,7 +329,7 @@ async def test_live_source_reports_failing_or_hanging_kueue(
     source = KubeLiveSource(client, on_error=lambda s, r: errors.append((s, r)))
     await source.start()
     try:
-        await wait_for(lambda: source.jobs.synced)
+        await wait_for(lambda: source.synced)
         loop = asyncio.get_running_loop()
         started = loop.time()
         live = await source.context(load(BASE_ORG), request_for(trainjob()), timeout=timeout)
@@ -264,7 +338,7 @@ async def test_live_source_reports_failing_or_hanging_kueue(
         assert live.unavailable_reason is not None and reason in live.unavailable_reason
         assert ("clusterqueue", metric) in errors
     finally:
-        await source.jobs.stop()
+        await source.stop_caches()
 
 
 async def test_server_answers_in_time_with_a_warning_when_kueue_hangs(
@@ -280,7 +354,7 @@ async def test_server_answers_in_time_with_a_warning_when_kueue_hangs(
     )
     live = server.service.live
     assert isinstance(live, KubeLiveSource)
-    await wait_for(lambda: live.jobs.synced)
+    await wait_for(lambda: live.synced)
     loop = asyncio.get_running_loop()
     started = loop.time()
     async with http.post(server.url + "/validate", json=make_review(trainjob(), uid="u")) as resp:
@@ -305,7 +379,7 @@ async def test_server_passes_live_usage_to_the_engine(
     server = await start_webhook(kube=KubeConfig(server=str(kmock.url).rstrip("/")))
     live = server.service.live
     assert isinstance(live, KubeLiveSource)
-    await wait_for(lambda: live.jobs.synced)
+    await wait_for(lambda: live.synced)
     async with http.post(server.url + "/validate", json=make_review(trainjob(), uid="u")) as resp:
         body = await resp.json()
     assert body["response"]["warnings"] == ["[MPG-Q008] live: 1 active jobs, in use {'gpu-eu': 6}"]
@@ -387,37 +461,56 @@ async def test_runtimes_approved_as_external_are_read_from_the_cluster(
     assert live is not None and live.runtimes is None
 
 
+Q007_FULL = (
+    "[MPG-Q007] metadata.namespace: nlp-team already has 5 active TrainJobs and MPIJobs (maxConcurrentJobs 5"
+)
+
+
 @pytest.mark.parametrize(
-    ("active", "reserved", "allowed", "text"),
+    ("review", "active", "mpijobs", "reserved", "allowed", "text"),
     [
+        ("trainjobs/queue-full.yaml", 5, 0, 0, False, Q007_FULL),
+        # MPG-Q007 counts MPIJobs too, and judges MPIJobs.
+        ("trainjobs/queue-full.yaml", 3, 2, 0, False, Q007_FULL),
+        ("mpijobs/mpi-allreduce.yaml", 2, 3, 0, False, Q007_FULL),
         (
-            5,
-            0,
-            False,
-            "[MPG-Q007] metadata.namespace: nlp-team already has 5 active TrainJobs (maxConcurrentJobs 5",
-        ),
-        (
+            "trainjobs/queue-full.yaml",
             4,
+            0,
             12,
             True,
             "[MPG-Q008] nlp-team needs 12 more free GPUs of flavor a100-eu; borrowing, preemption and queue "
             "order can change this",
         ),
-        (4, 0, True, None),
+        (
+            "mpijobs/mpi-allreduce.yaml",
+            2,
+            2,
+            12,
+            True,
+            "[MPG-Q008] nlp-team needs 4 more free GPUs of flavor a100-eu; borrowing, preemption and queue "
+            "order can change this",
+        ),
+        ("trainjobs/queue-full.yaml", 2, 2, 0, True, None),
     ],
 )
 async def test_live_quota_context_drives_the_real_engine(
     kmock: kmock_lib.KubernetesEmulator,
     start_webhook: StartWebhook,
     http: aiohttp.ClientSession,
+    review: str,
     active: int,
+    mpijobs: int,
     reserved: int,
     allowed: bool,
     text: str | None,
 ) -> None:
     for i in range(active):
         kmock.objects[TJ, "nlp-team", f"run-{i}"] = job("nlp-team", f"run-{i}")
+    for i in range(mpijobs):
+        kmock.objects[MJ, "nlp-team", f"mpi-{i}"] = job("nlp-team", f"mpi-{i}", kind="MPIJob")
     kmock.objects[TJ, "nlp-team", "done"] = job("nlp-team", "done", finished="Complete")
+    kmock.objects[MJ, "nlp-team", "ok"] = job("nlp-team", "ok", finished="Succeeded", kind="MPIJob")
     kmock.objects[LQ, "nlp-team", "nlp-team"] = {
         "metadata": {"name": "nlp-team"},
         "spec": {"clusterQueue": "nlp-team"},
@@ -432,8 +525,8 @@ async def test_live_quota_context_drives_the_real_engine(
     )
     live = server.service.live
     assert isinstance(live, KubeLiveSource)
-    await wait_for(lambda: live.jobs.synced)
-    obj = as_mutated(yaml.safe_load((REPO / "examples" / "trainjobs" / "queue-full.yaml").read_text()), REPO)
+    await wait_for(lambda: live.synced)
+    obj = as_mutated(yaml.safe_load((REPO / "examples" / review).read_text()), REPO)
     async with http.post(server.url + "/validate", json=make_review(obj, uid="q")) as resp:
         response = (await resp.json())["response"]
     assert response["allowed"] is allowed

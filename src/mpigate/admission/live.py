@@ -2,10 +2,12 @@
 
 Two sources, each with the access pattern that suits it:
 
-- **Active TrainJobs** per namespace come from a watch-backed cache (:class:`TrainJobCache`):
-  one LIST, then a WATCH from its ``resourceVersion`` (bookmarks on), re-watching from the last
-  seen version when the server ends the stream and relisting on ``410 Gone``. A lookup is a
-  dictionary read; counting every admission with a LIST would load the API server.
+- **Active jobs** (TrainJobs and MPIJobs) per namespace come from one watch-backed cache per kind
+  (:class:`JobCache`): one LIST, then a WATCH from its ``resourceVersion`` (bookmarks on),
+  re-watching from the last seen version when the server ends the stream and relisting on ``410
+  Gone``. A lookup is a dictionary read; counting every admission with a LIST would load the API
+  server. MPIJobs are optional: where the MPI Operator's CRD is not installed (LIST answers 404)
+  there are none, and the cache lists again after the longest backoff.
 - **The team's Kueue ClusterQueue** (spec quota, ``status.flavorsReservation``) is read with a
   GET through the LocalQueue the job is submitted to, cached briefly so that a burst of
   submissions costs one request. Kueue updates reservations continuously; a watch of every
@@ -34,11 +36,14 @@ from .kube import KubeClient, KubeError
 from .logjson import fields
 
 __all__ = [
+    "MPIJOBS",
+    "TRAINJOBS",
+    "JobCache",
+    "JobKind",
     "KubeLiveSource",
     "KueueReader",
     "LiveSource",
     "QueueUsage",
-    "TrainJobCache",
     "is_active",
     "reservations",
 ]
@@ -47,10 +52,10 @@ log = logging.getLogger(__name__)
 
 TRAINER_API: Final = "/apis/trainer.kubeflow.org/v1alpha1"
 TRAINJOBS_PATH: Final = f"{TRAINER_API}/trainjobs"
+MPIJOBS_PATH: Final = "/apis/kubeflow.org/v2beta1/mpijobs"
 KUEUE_API: Final = "/apis/kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 COHORT_LABEL: Final = "mpigate.io/cohort"  # on the ClusterQueues mpigate renders into a cohort
-FINISHED_CONDITIONS: Final = ("Complete", "Failed")
 
 ErrorHook = Callable[[str, str], None]
 T = TypeVar("T")
@@ -75,38 +80,55 @@ class LiveSource(Protocol):
     async def stop(self) -> None: ...
 
 
-def is_active(obj: Mapping[str, Any]) -> bool:
-    """A TrainJob counts against ``maxConcurrentJobs`` until it is Complete or Failed (queued
-    and suspended jobs count: they hold a place in the team's queue) or being deleted."""
+@dataclass(frozen=True, slots=True)
+class JobKind:
+    """A kind of job MPG-Q007 counts: where to list it, the conditions that end it, the ``source``
+    its lookup errors are counted under, and whether its CRD may be missing (then there are none)."""
+
+    kind: str
+    path: str
+    finished: tuple[str, ...]
+    source: str
+    optional: bool = False
+
+
+# Trainer: pkg/apis/trainer/v1alpha1/trainjob_types.go TrainJobComplete, TrainJobFailed.
+TRAINJOBS: Final = JobKind("TrainJob", TRAINJOBS_PATH, ("Complete", "Failed"), "trainjobs")
+# MPI Operator: pkg/apis/kubeflow/v2beta1/types.go JobSucceeded, JobFailed. Optional: an install
+# without the MPI Operator has no MPIJobs.
+MPIJOBS: Final = JobKind("MPIJob", MPIJOBS_PATH, ("Succeeded", "Failed"), "mpijobs", optional=True)
+
+
+def is_active(obj: Mapping[str, Any], kind: JobKind = TRAINJOBS) -> bool:
+    """A job counts against ``maxConcurrentJobs`` until its kind's finished condition (TrainJob:
+    Complete or Failed; MPIJob: Succeeded or Failed) is True (queued and suspended jobs count: they
+    hold a place in the team's queue) or it is being deleted."""
     meta = obj.get("metadata") or {}
     if isinstance(meta, dict) and meta.get("deletionTimestamp"):
         return False
     status = obj.get("status") or {}
     conditions = status.get("conditions") if isinstance(status, dict) else None
     for cond in conditions or []:
-        if (
-            isinstance(cond, dict)
-            and cond.get("type") in FINISHED_CONDITIONS
-            and cond.get("status") == "True"
-        ):
+        if isinstance(cond, dict) and cond.get("type") in kind.finished and cond.get("status") == "True":
             return False
     return True
 
 
-class TrainJobCache:
-    """Active TrainJobs per namespace, kept current by LIST + WATCH (an informer)."""
+class JobCache:
+    """Active jobs of one kind per namespace, kept current by LIST + WATCH (an informer)."""
 
     def __init__(
         self,
         client: KubeClient,
+        kind: JobKind = TRAINJOBS,
         *,
-        path: str = TRAINJOBS_PATH,
         on_error: ErrorHook | None = None,
         watch_timeout: int = 300,
         backoff: tuple[float, float] = (0.5, 30.0),
     ) -> None:
         self._client = client
-        self._path = path
+        self.kind = kind
+        self._path = kind.path
         self._on_error = on_error or (lambda source, reason: None)
         self._watch_timeout = watch_timeout
         self._backoff = backoff
@@ -115,6 +137,7 @@ class TrainJobCache:
         self._synced = False
         self.last_error: str | None = "not listed yet"
         self.lists = 0  # how often the cache (re)listed, for tests and logs
+        self.absent = False  # an optional kind whose CRD the API server does not serve
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -122,7 +145,7 @@ class TrainJobCache:
         return self._synced
 
     def active_jobs(self, namespaces: tuple[str, ...], exclude: tuple[str, str] | None = None) -> int:
-        """Active TrainJobs in ``namespaces``, not counting ``exclude`` (namespace, name)."""
+        """Active jobs in ``namespaces``, not counting ``exclude`` (namespace, name)."""
         total = 0
         for ns in namespaces:
             names = self._active.get(ns, ())
@@ -133,7 +156,7 @@ class TrainJobCache:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="mpigate-trainjob-cache")
+            self._task = asyncio.create_task(self._run(), name=f"mpigate-{self.kind.source}-cache")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -148,13 +171,27 @@ class TrainJobCache:
         if not isinstance(ns, str) or not isinstance(name, str):
             return
         names = self._active.setdefault(ns, set())
-        if not deleted and is_active(obj):
+        if not deleted and is_active(obj, self.kind):
             names.add(name)
         else:
             names.discard(name)
 
     async def _list(self) -> None:
-        body = await self._client.get(self._path)
+        try:
+            body = await self._client.get(self._path)
+        except KubeError as exc:
+            if not (self.kind.optional and exc.status == 404):
+                raise
+            # The CRD is not installed: there are no such jobs (listed again later, see _run).
+            if not self.absent:
+                log.info("%s: %s not served (HTTP 404): counting none", self._path, self.kind.kind)
+            self._active = {}
+            self._synced = True
+            self.absent = True
+            self.last_error = None
+            self.lists += 1
+            return
+        self.absent = False
         active: dict[str, set[str]] = {}
         self._active = active
         for item in body.get("items") or []:
@@ -164,7 +201,7 @@ class TrainJobCache:
         self._synced = True
         self.last_error = None
         self.lists += 1
-        log.debug("listed TrainJobs at resourceVersion %s", self._rv)
+        log.debug("listed %ss at resourceVersion %s", self.kind.kind, self._rv)
 
     async def _watch(self) -> bool:
         """Watch until the stream ends. Returns True to relist (410 Gone), False to re-watch."""
@@ -176,7 +213,7 @@ class TrainJobCache:
             if kind == "ERROR":
                 code = obj.get("code")
                 if code == 410:
-                    log.info("TrainJob watch expired (410 Gone at %s): relisting", self._rv)
+                    log.info("%s watch expired (410 Gone at %s): relisting", self.kind.kind, self._rv)
                     return True
                 raise KubeError(f"WATCH {self._path}: {obj.get('message') or 'error event'}", status=code)
             rv = (obj.get("metadata") or {}).get("resourceVersion")
@@ -196,6 +233,9 @@ class TrainJobCache:
             try:
                 if relist:
                     await self._list()
+                    if self.absent:  # an optional CRD not installed: look again later
+                        await asyncio.sleep(self._backoff[1])
+                        continue
                     relist = False
                 started = self._rv
                 relist = await self._watch()
@@ -213,7 +253,7 @@ class TrainJobCache:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._backoff[1])
             except Exception as exc:  # never let the cache task die silently
-                log.exception("TrainJob cache failed")
+                log.exception("%s cache failed", self.kind.kind)
                 self._fail(f"{type(exc).__name__}: {exc}", "internal")
                 relist = True
                 await asyncio.sleep(delay)
@@ -224,8 +264,10 @@ class TrainJobCache:
         # fresh LIST succeeded.
         self._synced = False
         self.last_error = message
-        self._on_error("trainjobs", reason)
-        log.warning("TrainJob cache: %s", message, extra=fields(event="live_error", source="trainjobs"))
+        self._on_error(self.kind.source, reason)
+        log.warning(
+            "%s cache: %s", self.kind.kind, message, extra=fields(event="live_error", source=self.kind.source)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,24 +403,35 @@ class KubeLiveSource:
     ) -> None:
         self.client = client
         self._on_error = on_error or (lambda source, reason: None)
-        self.jobs = TrainJobCache(client, on_error=self._on_error)
+        self.jobs = JobCache(client, TRAINJOBS, on_error=self._on_error)
+        self.mpijobs = JobCache(client, MPIJOBS, on_error=self._on_error)
         self.kueue = KueueReader(client, api=kueue_api)
         self.runtimes = RuntimeReader(client)
 
+    @property
+    def synced(self) -> bool:
+        """Both job caches have listed (MPG-Q007 counts TrainJobs and MPIJobs)."""
+        return self.jobs.synced and self.mpijobs.synced
+
     async def start(self) -> None:
         self.jobs.start()
+        self.mpijobs.start()
+
+    async def stop_caches(self) -> None:
+        await self.jobs.stop()
+        await self.mpijobs.stop()
 
     async def stop(self) -> None:
-        await self.jobs.stop()
+        await self.stop_caches()
         await self.client.close()
 
     async def context(
         self, config: Config, request: AdmissionInput, timeout: float, *, quota: bool = True
     ) -> LiveContext | None:
-        """Live context for a TrainJob; None when none applies. The runtime's manifest is read for
-        any namespace (an external runtime is judged in unmanaged namespaces too); Kueue's quota
-        context, with ``quota``, for team namespaces."""
-        if request.kind != "TrainJob" or not request.namespace:
+        """Live context for a TrainJob or an MPIJob; None when none applies. A TrainJob's external
+        runtime's manifest is read for any namespace (an external runtime is judged in unmanaged
+        namespaces too); Kueue's quota context, with ``quota``, for team namespaces."""
+        if request.kind not in (TRAINJOBS.kind, MPIJOBS.kind) or not request.namespace:
             return None
         runtime_key = external_runtime(config, request)
         team = config.team_for_namespace(request.namespace)
@@ -391,11 +444,15 @@ class KubeLiveSource:
             reason = f"{runtime_key[0]} {runtime_key[2]} {read}"
             return LiveContext(unavailable_reason=reason, runtime_reason=reason)
         reasons: list[str] = []
-        active: int | None = None
-        if self.jobs.synced:
-            active = self.jobs.active_jobs(team.namespaces, exclude=(request.namespace, request.name))
-        else:
-            reasons.append(f"TrainJob counts not synced ({self.jobs.last_error})")
+        # MPG-Q007 counts the team's TrainJobs and MPIJobs; the job under review is not counted.
+        active: int | None = 0
+        for cache in (self.jobs, self.mpijobs):
+            if not cache.synced:
+                reasons.append(f"{cache.kind.kind} counts not synced ({cache.last_error})")
+                active = None
+            elif active is not None:
+                exclude = (request.namespace, request.name) if request.kind == cache.kind.kind else None
+                active += cache.active_jobs(team.namespaces, exclude=exclude)
         labels = ((request.obj or {}).get("metadata") or {}).get("labels") or {}
         local_queue = labels.get(QUEUE_LABEL) if isinstance(labels.get(QUEUE_LABEL), str) else None
         local_queue = local_queue or (team.queues[0] if team.queues else team.name)

@@ -136,7 +136,9 @@ def _parse_live(
     "reads these from the cluster.",
 )
 @click.option(
-    "--active-jobs", type=int, help="Simulated live context: active TrainJobs of the team (MPG-Q007)."
+    "--active-jobs",
+    type=int,
+    help="Simulated live context: active TrainJobs and MPIJobs of the team (MPG-Q007).",
 )
 @click.option(
     "--gpus-in-use",

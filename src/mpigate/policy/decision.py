@@ -72,7 +72,7 @@ class AdmissionInput:
 class LiveContext:
     """What the webhook could read from the cluster within its deadline (all optional).
 
-    ``active_jobs``: TrainJobs of the namespace's team that are not finished.
+    ``active_jobs``: TrainJobs and MPIJobs of the namespace's team that are not finished.
     ``queue_usage``: per ClusterQueue, flavor and resource, the quota reserved by admitted
     workloads (Kueue ``status.flavorsReservation``), in Kueue's units (milli-CPU for ``cpu``, whole
     units otherwise) - every queue of the team's cohort, so that what the cohort can lend is known.

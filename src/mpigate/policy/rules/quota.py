@@ -143,18 +143,18 @@ def check_quota(ctx: JobContext, demand: Demand | None) -> Iterator[Finding]:
             f"priority class {priority} not allowed for {team.name} (allowed: {allowed})",
         )
 
-    # MPG-Q007: concurrent TrainJobs (live count; CREATE only).
+    # MPG-Q007: concurrent jobs, TrainJobs and MPIJobs (live count; CREATE only).
     live = ctx.live
     active = live.active_jobs if live is not None and ctx.operation == "CREATE" else None
     if live is not None and active is not None and active >= team.max_concurrent_jobs:
         yield Finding(
             "MPG-Q007",
             "metadata.namespace",
-            f"{team.name} already has {live.active_jobs} active TrainJobs (maxConcurrentJobs "
+            f"{team.name} already has {live.active_jobs} active TrainJobs and MPIJobs (maxConcurrentJobs "
             f"{team.max_concurrent_jobs}, counted from {live.source}).",
             f"Wait for a job to finish or delete one, or ask {ctx.contact} to raise maxConcurrentJobs "
             f"in {ctx.team_file}.",
-            f"{team.name} has {live.active_jobs}/{team.max_concurrent_jobs} active TrainJobs",
+            f"{team.name} has {live.active_jobs}/{team.max_concurrent_jobs} active TrainJobs and MPIJobs",
         )
 
     # MPG-Q008 (advisory): what stands between the job and admission right now.
