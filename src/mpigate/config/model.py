@@ -609,4 +609,3 @@ class Config:
         """The secrets (names or globs) the team's TrainJobs may read (``TeamAccess.spec.secrets``)."""
         access = self.access.get(team)
         return access.secrets if access else ()
-
