@@ -305,6 +305,49 @@ async def test_live_source_fills_the_context_from_cache_and_clusterqueue(
         await source.stop_caches()
 
 
+async def test_a_failed_kueue_read_cancels_the_others_and_none_outlives_the_lookup(
+    kmock: kmock_lib.KubernetesEmulator, client: KubeClient
+) -> None:
+    # The team's ClusterQueue and its cohort's are read together. When the cohort LIST fails (a 404
+    # of the collection: Kueue's v1beta2 API is not served), the ClusterQueue GET still in flight is
+    # of no use: it is cancelled and awaited, not left running past the answer (it was, and a
+    # review answered while its read went on, issue 17's flaky SIGTERM test).
+    seed(kmock)
+    asked, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        asked.set()
+        await release.wait()
+
+    kmock["get", f"{CQ_PATH}/alpha-cq"] << hold << {}
+    (  # the LIST fails once the GET is in flight
+        kmock["get", CQ_PATH, lambda req: "labelSelector" in req.params]
+        << (lambda: asked.wait())
+        << 404
+        << {"kind": "Status", "code": 404, "message": "the server could not find the requested resource"}
+    )
+    errors: list[tuple[str, str]] = []
+    source = KubeLiveSource(client, on_error=lambda s, r: errors.append((s, r)))
+
+    def kueue_reads() -> list[asyncio.Task[Any]]:
+        return [
+            t
+            for t in asyncio.all_tasks()
+            if "KueueReader" in getattr(t.get_coro(), "__qualname__", "") and not t.done()
+        ]
+
+    try:
+        live = await source.context(load(BASE_ORG), request_for(trainjob()), timeout=30.0)
+        assert live is not None and live.queue_usage is None
+        assert f"Kueue ClusterQueue not read: GET {CQ_PATH}: HTTP 404" in (live.unavailable_reason or "")
+        assert ("clusterqueue", "http-404") in errors
+        assert asked.is_set() and not release.is_set()  # the GET was in flight, and is over:
+        assert kueue_reads() == []
+    finally:
+        release.set()
+        await source.stop_caches()
+
+
 # An answer that fails is given the lookup bound no loaded machine reaches (30 s); a hang (60 s) is
 # cut at 0.2 s: either way the reason can only come from the reaction under test.
 @pytest.mark.parametrize(

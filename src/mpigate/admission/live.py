@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
@@ -59,10 +59,25 @@ COHORT_LABEL: Final = "mpigate.io/cohort"  # on the ClusterQueues mpigate render
 
 ErrorHook = Callable[[str, str], None]
 T = TypeVar("T")
+A = TypeVar("A")
+B = TypeVar("B")
 
 
 async def _none() -> None:
     return None
+
+
+async def _both(first: Coroutine[Any, Any, A], second: Coroutine[Any, Any, B]) -> tuple[A, B]:
+    """Both lookups' results, run concurrently. The first to fail cancels the other, which is
+    awaited, and is raised as it is: no read outlives the call (``asyncio.gather`` left the other
+    running, and a review answered while its read went on)."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            a = group.create_task(first)
+            b = group.create_task(second)
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return a.result(), b.result()
 
 
 class LiveSource(Protocol):
@@ -456,7 +471,7 @@ class KubeLiveSource:
         labels = ((request.obj or {}).get("metadata") or {}).get("labels") or {}
         local_queue = labels.get(QUEUE_LABEL) if isinstance(labels.get(QUEUE_LABEL), str) else None
         local_queue = local_queue or (team.queues[0] if team.queues else team.name)
-        usage_read, runtime_read = await asyncio.gather(
+        usage_read, runtime_read = await _both(
             self._bounded(self._usage(config, request.namespace, local_queue), timeout, "clusterqueue"),
             self._bounded(self.runtimes.get(*runtime_key), timeout, "runtime") if runtime_key else _none(),
         )
@@ -509,7 +524,9 @@ class KubeLiveSource:
                 raise
             # No such LocalQueue (yet): the team's ClusterQueue carries the team's name.
             cq_name = team.name if team else local_queue
-        own, cohort = await asyncio.gather(
+        # Kueue's v1beta2 API not served answers the cohort LIST with 404 (the collection, not one
+        # object): the context is unavailable, and the ClusterQueue GET is cancelled, not waited for.
+        own, cohort = await _both(
             self.kueue.cluster_queue(cq_name),
             self.kueue.cohort_queues(team.cohort) if team is not None and team.cohort else _none(),
         )
