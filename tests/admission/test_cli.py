@@ -297,21 +297,48 @@ async def read_until(
     return await asyncio.wait_for(scan(), timeout)
 
 
+GOLDEN = REPO / "tests" / "fixtures" / "render" / "golden"
+KUEUE = "kueue.x-k8s.io/v1beta2"
+
+
+def seed_example_cluster(kmock: kmock_lib.KubernetesEmulator) -> dict[str, Any]:
+    """The example org's Kueue objects as ``mpigate render`` writes them (its golden output), a
+    TrainJob and an MPIJob, so that every live read of a review of an nlp-team job succeeds.
+    Returns nlp-team's ClusterQueue."""
+    queues = list(yaml.safe_load_all((GOLDEN / "cluster" / "clusterqueues.yaml").read_text()))
+    for cq in queues:
+        kmock.objects[f"{KUEUE}/clusterqueues", None, cq["metadata"]["name"]] = cq
+    for lq in yaml.safe_load_all((GOLDEN / "teams" / "nlp-team" / "queues.yaml").read_text()):
+        if lq and lq["kind"] == "LocalQueue":
+            kmock.objects[f"{KUEUE}/localqueues", "nlp-team", lq["metadata"]["name"]] = lq
+    for api, kind in (("trainer.kubeflow.org/v1alpha1", "TrainJob"), ("kubeflow.org/v2beta1", "MPIJob")):
+        kmock.objects[f"{api}/{kind.lower()}s", "cv-team", "other"] = {
+            "apiVersion": api,
+            "kind": kind,
+            "metadata": {"name": "other", "namespace": "cv-team"},
+        }
+    return next(cq for cq in queues if cq["metadata"]["name"] == "nlp-team")
+
+
 @pytest.mark.slow
 async def test_sigterm_finishes_the_review_in_flight_and_records_it(
     kmock: kmock_lib.KubernetesEmulator, tmp_path: Path
 ) -> None:
-    # Kueue holds the review's ClusterQueue read until the server has started draining: SIGTERM
-    # arrives in the middle of the review, whatever the machine's speed.
+    # Kueue holds the review's ClusterQueue GET until the server has started draining: SIGTERM
+    # arrives in the middle of the review, whatever the machine's speed. Every other read of the
+    # review succeeds (a real cluster's objects), so the review has to wait for this one: a read that
+    # failed (the cohort LIST answered 404 when kmock served no ClusterQueues) ends the Kueue lookup
+    # at once, and the review answered before SIGTERM on a busy machine.
+    nlp_team = seed_example_cluster(kmock)
+    held = {**nlp_team, "status": {"flavorsReservation": [
+        {"name": "a100-eu", "resources": [{"name": "nvidia.com/gpu", "total": "5"}]},
+    ]}}  # fmt: skip
     kueue_answers = asyncio.Event()
-    (
-        kmock["get", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/nlp-team"]
-        << (lambda: kueue_answers.wait())
-        << {
-            "metadata": {"name": "nlp-team"},
-            "spec": {"resourceGroups": []},
-        }
-    )
+
+    async def hold() -> None:  # returns nothing: kmock streams a reaction's value into the body
+        await kueue_answers.wait()
+
+    kmock["get", f"/apis/{KUEUE}/clusterqueues/nlp-team"] << hold << held
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         yaml.safe_dump(
@@ -352,10 +379,10 @@ async def test_sigterm_finishes_the_review_in_flight_and_records_it(
                 async with http.post(url + "/validate", json=make_review(job, uid="in-flight")) as resp:
                     return resp.status, await resp.json()
 
+            # Both job caches have listed (their WATCH follows the LIST): MPG-Q007's count is live.
+            await wait_for(lambda: len([r for r in kmock if r.params.get("watch") == "true"]) >= 2)
             pending = asyncio.create_task(review())
-            await wait_for(
-                lambda: len(kmock["get", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/nlp-team"]) > 0
-            )
+            await wait_for(lambda: len(kmock["get", f"/apis/{KUEUE}/clusterqueues/nlp-team"]) > 0)
             proc.send_signal(signal.SIGTERM)
             await read_until(proc.stderr, "draining", seen)
             assert not pending.done()
@@ -363,6 +390,12 @@ async def test_sigterm_finishes_the_review_in_flight_and_records_it(
             status, body = await pending
         assert status == 200
         assert body["response"]["uid"] == "in-flight" and body["response"]["allowed"] is True
+        # The answer comes from the held read (its 5 reserved A100s leave 11 of nlp-team's 16 free
+        # for a 16-GPU job), and no lookup was unavailable.
+        assert body["response"]["warnings"] == [
+            "[MPG-Q008] nlp-team needs 5 more free GPUs of flavor a100-eu; borrowing, preemption and"
+            " queue order can change this"
+        ]
         await read_until(proc.stderr, "stopped", seen)
         assert await asyncio.wait_for(proc.wait(), 60) == 0
     finally:
@@ -370,7 +403,9 @@ async def test_sigterm_finishes_the_review_in_flight_and_records_it(
             proc.kill()
             await proc.wait()
     reviews = [r for r in seen if r.get("event") == "review"]
-    assert [(r["uid"], r["decision"], r["status"]) for r in reviews] == [("in-flight", "allowed", 200)]
+    assert [(r["uid"], r["decision"], r["status"]) for r in reviews] == [
+        ("in-flight", "allowed-with-warnings", 200)
+    ]
     verify = CliRunner().invoke(
         cli, ["audit", "verify", str(tmp_path / "audit"), "--key", str(tmp_path / "audit.key")]
     )
@@ -383,5 +418,8 @@ async def test_sigterm_finishes_the_review_in_flight_and_records_it(
     ]
     decisions = [r for r in records if r.get("stage") == "validate"]
     assert [(d["request"]["uid"], d["decision"], d["object"]["name"]) for d in decisions] == [
-        ("in-flight", "allowed", "llm-finetune")
+        ("in-flight", "allowed-with-warnings", "llm-finetune")
     ]
+    # The record holds the figures of the read SIGTERM arrived during.
+    (q008,) = [v for v in decisions[0]["violations"] if v["id"] == "MPG-Q008"]
+    assert "the job asks 16 and 11 are free for it now" in q008["message"]
