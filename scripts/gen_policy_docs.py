@@ -614,7 +614,10 @@ PAGES: dict[str, Page] = {
         "`mpigate.io/cost-center`, `mpigate.io/team`, required labels, labels exceptions match on) keep "
         "their admitted values unless `OrgPolicy.spec.updates.labelChanges` names the requester; and "
         "nothing mpigate set on CREATE (queue and priority labels, the default runtime, the mirror, the "
-        "pinned OpenMPI ports) may be taken back. A job without a queue label is never grandfathered.",
+        "pinned OpenMPI ports, the suspension) may be taken back — the suspension only by Kueue's "
+        "controller (`GPUFlavors.spec.kueue.controller`, by default "
+        "`system:serviceaccount:kueue-system:kueue-controller-manager`), which resumes a job it admits and "
+        "suspends one it preempts. A job without a queue label is never grandfathered.",
         why="Trainer lets suspended jobs change their runtime patches and Kueue ignores jobs without a "
         "queue label: removing the label while suspended, then resuming, ran jobs outside every quota; "
         "downgrading `phi` to `public` loosened residency and the network; a new cost center redirected "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from mpigate.config import Config
+from mpigate.config import Config, load
 from mpigate.policy import Decision, apply_patch
+from tests.conftest import REPO, TODAY
 from tests.policy.helpers import EXAMPLES, decide, example_org, read, runtime_patch
 
 ORG: Config = example_org()
@@ -349,3 +351,23 @@ def test_only_kueue_resumes_a_job_mpigate_created_suspended() -> None:
     assert [v.path for v in denied.violations if v.rule == "MPG-LIFE-003"] == ["spec.suspend"], denied.message
     assert decide(ORG, resumed, operation="UPDATE", old=stored, user=KUEUE).allowed
     assert decide(ORG, stored, operation="UPDATE", old=resumed, user=KUEUE).allowed  # preemption
+
+
+@pytest.mark.skipif(not CREATABLE, reason="no example TrainJob is admitted on CREATE")
+def test_the_kueue_controller_is_whom_the_config_names(tmp_path: Path) -> None:
+    """A Kueue installed under another account (GPUFlavors.spec.kueue.controller): that account
+    resumes and suspends, and the default one is a tenant like any other."""
+    for folder in ("policies", "quotas", "rbac", "networkpolicies", "examples"):
+        shutil.copytree(REPO / folder, tmp_path / folder)
+    flavors = tmp_path / "quotas" / "flavors.yaml"
+    custom = "system:serviceaccount:queueing:kueue"
+    flavors.write_text(flavors.read_text().replace("  kueue:\n", f"  kueue:\n    controller: {custom}\n", 1))
+    org = load(tmp_path, revision="test", today=TODAY)
+    assert org.kueue.controller == custom and ORG.kueue.controller == KUEUE
+    _, stored, _ = CREATABLE[0]
+    resumed = copy.deepcopy(stored)
+    resumed["spec"]["suspend"] = False
+    assert decide(org, resumed, operation="UPDATE", old=stored, user=custom).allowed
+    assert decide(org, stored, operation="UPDATE", old=resumed, user=custom).allowed  # preemption
+    denied = decide(org, resumed, operation="UPDATE", old=stored, user=KUEUE)
+    assert [v.path for v in denied.violations if v.rule == "MPG-LIFE-003"] == ["spec.suspend"], denied.message

@@ -449,4 +449,6 @@ def _kueue(spec: Mapping[str, Any]) -> KueueSettings:
             backoff_base_seconds=ready.get("backoffBaseSeconds"),
             backoff_max_seconds=ready.get("backoffMaxSeconds"),
         )
-    return KueueSettings(fair_sharing=spec["fairSharing"], wait_for_pods_ready=wait)
+    return KueueSettings(
+        fair_sharing=spec["fairSharing"], wait_for_pods_ready=wait, controller=spec["controller"]
+    )

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from mpigate.catalogue import all_rules, expand_rule_pattern, rule_ids
 
@@ -273,13 +273,20 @@ class WaitForPodsReady:
     backoff_max_seconds: int | None = None
 
 
+# Kueue's controller as the API server names it in Kueue's own install (v0.19.2
+# config/components/rbac/service_account.yaml controller-manager, under config/default's namespace
+# kueue-system and namePrefix kueue-): GPUFlavors.spec.kueue.controller's default.
+KUEUE_CONTROLLER: Final = "system:serviceaccount:kueue-system:kueue-controller-manager"
+
+
 @dataclass(frozen=True, slots=True)
 class KueueSettings:
-    """The cluster's Kueue Configuration as far as the quotas depend on it
-    (``GPUFlavors.spec.kueue``)."""
+    """The cluster's Kueue Configuration as far as the quotas depend on it, and who Kueue's
+    controller is (``GPUFlavors.spec.kueue``)."""
 
     fair_sharing: bool = False
     wait_for_pods_ready: WaitForPodsReady | None = None
+    controller: str = KUEUE_CONTROLLER
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,6 @@ from .units import format_duration, parse_quantity
 __all__ = [
     "AUXILIARY_PODS_PER_JOB",
     "BACKSTOP_HEADROOM",
-    "KUEUE_CONTROLLER",
     "LIMIT_RANGE_DEFAULT_REQUESTS",
     "PREEMPTION",
     "QUEUEING_STRATEGY",
@@ -40,11 +39,6 @@ __all__ = [
     "resource_groups",
 ]
 
-# Kueue's controller as the API server names it (Kueue's install: ServiceAccount
-# kueue-controller-manager in kueue-system, where mpigate also reads Kueue's Configuration). Only it
-# resumes and suspends a team's jobs after CREATE (MPG-LIFE-003 keeps the suspension mpigate set
-# against everyone else).
-KUEUE_CONTROLLER: Final = "system:serviceaccount:kueue-system:kueue-controller-manager"
 # Pods of a TrainJob besides its nodes: the MPI launcher (unless it runs as a node) and Trainer's
 # dataset and model initializers. Kueue counts every pod set, so the derived pod quota does too.
 AUXILIARY_PODS_PER_JOB: Final = 3

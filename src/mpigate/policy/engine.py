@@ -61,7 +61,6 @@ from mpigate.catalogue import all_rules
 from mpigate.config import Config, parse_quantity
 from mpigate.config.model import Team
 from mpigate.config.mpienv import Implementation
-from mpigate.config.queueing import KUEUE_CONTROLLER
 from mpigate.trainjob import (
     PreparedRuntime,
     Problem,
@@ -481,8 +480,10 @@ def _kept_mutations(ctx: JobContext, already: Iterable[Finding]) -> list[Finding
     # The suspension mpigate sets on CREATE (MPG-Q005) is Kueue's alone to change from then on: it
     # resumes the job on admission and suspends it again on preemption (Kueue v0.19.2
     # pkg/controller/jobframework/reconciler.go (*JobReconciler).startJob, stopJob). A tenant who
-    # resumes a job would start it outside the queue, so for anyone else it stays kept.
-    suspend = "/" + "/".join(ctx.shape.suspend) if ctx.requester.username == KUEUE_CONTROLLER else None
+    # resumes a job would start it outside the queue, so for anyone else it stays kept. Who Kueue's
+    # controller is: GPUFlavors.spec.kueue.controller.
+    kueue = ctx.config.kueue.controller
+    suspend = "/" + "/".join(ctx.shape.suspend) if ctx.requester.username == kueue else None
     out: list[Finding] = []
     for op in ops:
         if op["path"] == suspend:
