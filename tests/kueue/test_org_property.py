@@ -22,7 +22,7 @@ from mpigate.render import render
 from mpigate.trainjob import resolve
 from tests.conftest import TODAY
 from tests.kueue.oracle import Kueue
-from tests.policy.helpers import decide, example_org, trainjob
+from tests.policy.helpers import decide, example_org, runtime_patch, trainjob
 
 ORG = example_org()
 REGION_OF = {name: team.region for name, team in ORG.teams.items()}
@@ -103,29 +103,8 @@ def jobs(draw: Any) -> dict[str, Any]:
     job["spec"]["trainer"]["resourcesPerNode"] = resources
     selector = draw(st.sampled_from([None, "p0", "p1"]))
     if selector is not None:
-        job["spec"]["runtimePatches"] = [
-            {
-                "manager": "example.com/placement",
-                "trainingRuntimeSpec": {
-                    "template": {
-                        "spec": {
-                            "replicatedJobs": [
-                                {
-                                    "name": "node",
-                                    "template": {
-                                        "spec": {
-                                            "template": {
-                                                "spec": {"nodeSelector": {"example.com/product": selector}}
-                                            }
-                                        }
-                                    },
-                                }
-                            ]
-                        }
-                    }
-                },
-            }
-        ]
+        placement = {"nodeSelector": {"example.com/product": selector}}
+        job["spec"]["runtimePatches"] = [runtime_patch("example.com/placement", "node", placement)]
     return job
 
 
