@@ -7,6 +7,10 @@ Transcribed from:
 
 * pkg/cache/scheduler/resource_node.go: ``updateClusterQueueResourceNode``,
   ``updateCohortResourceNode``, ``accumulateFromChild``, ``localQuota``, ``potentialAvailable``;
+  and, for what is free now, ``addUsage`` (a workload's usage added to its ClusterQueue, bubbling
+  past ``LocalAvailable`` to the cohorts, one workload at a time as the cache admits them — not the
+  recomputation mpigate does), ``available`` and ``LocalAvailable``, with
+  clusterqueue_snapshot.go ``(*ClusterQueueSnapshot).Available`` (never below 0);
 * pkg/scheduler/flavorassigner/flavorassigner.go: ``assignFlavors``, ``findFlavorForPodSets``,
   ``checkFlavorForPodSets``, ``flavorSelector``, ``fitsResourceQuota`` (the ``val >
   maxCapacity`` branch: NoFit) — on an empty cluster, where ``available == potentialAvailable``;
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -43,6 +47,7 @@ class Node:
     quotas: dict[tuple[str, str], dict[str, int | None]]
     children: list[str]
     subtree: dict[tuple[str, str], int]
+    usage: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 class Kueue:
@@ -106,6 +111,36 @@ class Kueue:
 
     def cq_potential(self, cq: str, fr: tuple[str, str]) -> int:
         return self.potential_available(self.nodes["cq:" + cq], fr)
+
+    # -- usage: what is free now -------------------------------------------------------------------
+
+    def _local_available(self, node: Node, fr: tuple[str, str]) -> int:
+        return max(0, self.local_quota(node, fr) - node.usage.get(fr, 0))
+
+    def add_usage(self, cq: str, fr: tuple[str, str], val: int) -> None:
+        """One admitted workload's usage of ``fr`` in ClusterQueue ``cq``."""
+        self._add_usage(self.nodes["cq:" + cq], fr, val)
+
+    def _add_usage(self, node: Node, fr: tuple[str, str], val: int) -> None:
+        local = self._local_available(node, fr)
+        node.usage[fr] = node.usage.get(fr, 0) + val
+        if node.parent is not None and val > local:
+            self._add_usage(self.nodes[node.parent], fr, val - local)
+
+    def _available(self, node: Node, fr: tuple[str, str]) -> int:
+        if node.parent is None:
+            return node.subtree.get(fr, 0) - node.usage.get(fr, 0)
+        parent = self._available(self.nodes[node.parent], fr)
+        borrowing = node.quotas.get(fr, {}).get("borrowingLimit")
+        if borrowing is not None:
+            lq = self.local_quota(node, fr)
+            stored = node.subtree.get(fr, 0) - lq
+            used = max(0, node.usage.get(fr, 0) - lq)
+            parent = min(stored - used + borrowing, parent)
+        return self._local_available(node, fr) + parent
+
+    def cq_available(self, cq: str, fr: tuple[str, str]) -> int:
+        return max(0, self._available(self.nodes["cq:" + cq], fr))
 
     # -- flavor assignment on an empty cluster ---------------------------------------------------
 

@@ -322,3 +322,35 @@ def test_model_equals_kueues_arithmetic(tree_parts: Any, raw: list[tuple[str, in
                     )
         mine = kueue.assign(tree, queue.name, model_podsets(raw), MODEL_FLAVORS).admissible
         assert mine == oracle.admissible(queue.name, raw, None), (queue.name, raw)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees(), st.data())
+def test_available_now_equals_kueues_arithmetic(tree_parts: Any, data: st.DataObject) -> None:
+    """What is free now (MPG-Q008's "needs N more free"): mpigate recomputes every node's usage from
+    the ClusterQueues' reservations; the oracle adds admitted workloads one at a time as Kueue's
+    cache does (addUsage), in a random order. Both must give every queue the same ``available``."""
+    queues, cohorts = tree_parts
+    tree = kueue.QuotaTree(queues, cohorts)
+    oracle = Kueue(*manifests(queues, cohorts), FLAVOR_MANIFESTS)
+    frs = sorted({fr for queue in queues for fr in queue.quotas})
+    workloads: list[tuple[str, tuple[str, str], int]] = []
+    for queue in queues:
+        for fr in frs:
+            ceiling = tree.potential_available(queue.name, fr)
+            if ceiling > 0:  # admitted workloads that fit, a few per queue
+                for _ in range(data.draw(st.integers(0, 2))):
+                    workloads.append((queue.name, fr, data.draw(st.integers(0, ceiling))))
+    per_queue: dict[str, dict[tuple[str, str], int]] = {}
+    for name, fr, amount in workloads:
+        per_queue.setdefault(name, {})[fr] = per_queue.get(name, {}).get(fr, 0) + amount
+    for name, fr, amount in data.draw(st.permutations(workloads)):
+        oracle.add_usage(name, fr, amount)
+    usage = tree.usage(per_queue)
+    for queue in queues:
+        for fr in frs:
+            assert tree.available(queue.name, fr, usage) == oracle.cq_available(queue.name, fr), (
+                queue.name,
+                fr,
+                per_queue,
+            )
