@@ -472,7 +472,9 @@ class KubeLiveSource:
         local_queue = labels.get(QUEUE_LABEL) if isinstance(labels.get(QUEUE_LABEL), str) else None
         local_queue = local_queue or (team.queues[0] if team.queues else team.name)
         usage_read, runtime_read = await _both(
-            self._bounded(self._usage(config, request.namespace, local_queue), timeout, "clusterqueue"),
+            self._bounded(
+                queue_usage(self.kueue, config, request.namespace, local_queue), timeout, "clusterqueue"
+            ),
             self._bounded(self.runtimes.get(*runtime_key), timeout, "runtime") if runtime_key else _none(),
         )
         usage = usage_read if isinstance(usage_read, QueueUsage) else None
@@ -515,26 +517,29 @@ class KubeLiveSource:
             self._on_error(source, exc.kind)
             return f"not read: {exc}"
 
-    async def _usage(self, config: Config, namespace: str, local_queue: str) -> QueueUsage:
-        team = config.team_for_namespace(namespace)
-        try:
-            cq_name = await self.kueue.cluster_queue_of(namespace, local_queue)
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-            # No such LocalQueue (yet): the team's ClusterQueue carries the team's name.
-            cq_name = team.name if team else local_queue
-        # Kueue's v1beta2 API not served answers the cohort LIST with 404 (the collection, not one
-        # object): the context is unavailable, and the ClusterQueue GET is cancelled, not waited for.
-        own, cohort = await _both(
-            self.kueue.cluster_queue(cq_name),
-            self.kueue.cohort_queues(team.cohort) if team is not None and team.cohort else _none(),
-        )
-        reserved: dict[str, Mapping[str, Mapping[str, int]]] = {}
-        for cq in cohort or []:
-            name = (cq.get("metadata") or {}).get("name")
-            if isinstance(name, str):
-                reserved[name] = reservations(cq)
-        # The job's ClusterQueue is its team's (MPG-Q005), whatever it is called in the cluster.
-        reserved[team.name if team is not None else cq_name] = reservations(own)
-        return QueueUsage(cq_name, reserved)
+
+async def queue_usage(kueue: KueueReader, config: Config, namespace: str, local_queue: str) -> QueueUsage:
+    """Kueue's reservations in the ClusterQueue ``local_queue`` feeds and in its team's cohort, as
+    the webhook and the controller's background audit read them."""
+    team = config.team_for_namespace(namespace)
+    try:
+        cq_name = await kueue.cluster_queue_of(namespace, local_queue)
+    except KubeError as exc:
+        if exc.status != 404:
+            raise
+        # No such LocalQueue (yet): the team's ClusterQueue carries the team's name.
+        cq_name = team.name if team else local_queue
+    # Kueue's v1beta2 API not served answers the cohort LIST with 404 (the collection, not one
+    # object): the context is unavailable, and the ClusterQueue GET is cancelled, not waited for.
+    own, cohort = await _both(
+        kueue.cluster_queue(cq_name),
+        kueue.cohort_queues(team.cohort) if team is not None and team.cohort else _none(),
+    )
+    reserved: dict[str, Mapping[str, Mapping[str, int]]] = {}
+    for cq in cohort or []:
+        name = (cq.get("metadata") or {}).get("name")
+        if isinstance(name, str):
+            reserved[name] = reservations(cq)
+    # The job's ClusterQueue is its team's (MPG-Q005), whatever it is called in the cluster.
+    reserved[team.name if team is not None else cq_name] = reservations(own)
+    return QueueUsage(cq_name, reserved)

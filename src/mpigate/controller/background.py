@@ -12,6 +12,8 @@ expires, and every ``spec.backgroundAudit.interval`` (OrgPolicy).
   with its ClusterQueue's live quota and reservation, read once per ClusterQueue and pass; an
   admitted job's reservation is already in that figure, so it is judged on the config's quota only.
   MPG-Q007 (concurrent jobs) is a count of the team's jobs, not a property of one job: not judged.
+  Nor is MPG-Q005 (a CREATE must reach validation suspended): Kueue lifts the suspension on
+  admission, so a stored job's ``suspend`` says where Kueue is, not what was submitted.
 - **Exceptions:** a violation an active PolicyException covers is waived, as at admission (the
   requester it names was checked when the job was admitted; the audit does not know who submitted
   it); one an *expired* exception covered is reported with that exception's name.
@@ -44,7 +46,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from mpigate.admission.kube import KubeError
-from mpigate.admission.live import QueueUsage, is_active, queue_usage
+from mpigate.admission.live import KueueReader, QueueUsage, is_active, queue_usage
 from mpigate.audit import evidence_record
 from mpigate.config import Config
 from mpigate.config.model import BackgroundAudit, Team
@@ -76,8 +78,9 @@ TRAINER_API: Final = "/apis/trainer.kubeflow.org/v1alpha1"
 # Kueue: pkg/controller/constants/constants.go JobUIDLabel (on a job's Workload)
 JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
 _STATE_KEY: Final = "standing.json.gz"
-# Rules judged from what only a submission has (the count of the team's jobs at that moment).
-_SUBMISSION_ONLY: Final = frozenset({"MPG-Q007"})
+# Rules judged from what only a submission has: the count of the team's jobs at that moment
+# (MPG-Q007), and the suspension the CREATE carried, which Kueue lifts on admission (MPG-Q005).
+_SUBMISSION_ONLY: Final = frozenset({"MPG-Q005", "MPG-Q007"})
 _RUNTIMES: Final = (
     ("ClusterTrainingRuntime", f"{TRAINER_API}/clustertrainingruntimes"),
     ("TrainingRuntime", f"{TRAINER_API}/trainingruntimes"),
@@ -387,29 +390,28 @@ class BackgroundAuditor:
             found = usage[key] = await self._read_usage(config, team, namespace, queue)
         if isinstance(found, str):
             return LiveContext(unavailable_reason=found)
+        own = found.reserved.get(team.name, {})
+        in_use = {
+            f: used[config.flavors[f].gpu_resource]
+            for f, used in own.items()
+            if f in config.flavors and config.flavors[f].gpu_resource in used
+        }
         return LiveContext(
-            gpus_in_use=dict(found.in_use),
-            nominal=dict(found.nominal),
-            borrowing=dict(found.borrowing),
+            gpus_in_use=in_use,
+            queue_usage=found.reserved,
             source=f"cluster (ClusterQueue {found.cluster_queue})",
         )
 
     async def _read_usage(self, config: Config, team: Team, namespace: str, queue: str) -> QueueUsage | str:
+        """What the webhook reads for a CREATE (admission/live.py ``queue_usage``): the job's
+        ClusterQueue and its cohort's, through a reader of this pass (no caching across passes)."""
+        reader = KueueReader(self.api.client, api=self.kueue_api, queue_ttl=0.0, usage_ttl=0.0)
         try:
-            local = await self.api.get(f"{self.kueue_api}/namespaces/{namespace}/localqueues/{queue}")
-            spec = local.get("spec") if local is not None else None
-            cq_name = spec.get("clusterQueue") if isinstance(spec, Mapping) else None
-            cq = await self.api.get(f"{self.kueue_api}/clusterqueues/{cq_name or team.name}")
+            return await queue_usage(reader, config, namespace, queue)
         except KubeError as exc:
+            if exc.status == 404:
+                return f"Kueue ClusterQueue for {namespace}/{queue} not found ({exc})"
             return f"Kueue ClusterQueue not read: {exc}"
-        if cq is None:
-            return f"Kueue ClusterQueue {cq_name or team.name} not found"
-
-        def gpu_resource_of(flavor: str) -> str | None:
-            known = config.flavors.get(flavor)
-            return known.gpu_resource if known else None
-
-        return queue_usage(cq, gpu_resource_of)
 
     def _violations(
         self,
