@@ -12,11 +12,17 @@ install base's memory limit; the bytes it logged; connections refused and timed 
 /metrics); slow connections held at the end.
 
     .venv/bin/python benchmarks/slow_clients.py [--clients 3000] [--seconds 90] [--mode mixed]
-        [--per-address 100] [--baseline-seconds 15] [--python .venv-compiled/bin/python]
+        [--per-address 100 | --one-address] [--baseline-seconds 15]
+        [--python .venv-compiled/bin/python] [--server-args --max-connections 1024 ...]
 
 ``--per-address`` spreads the slow clients over source addresses 127.0.x.y (all of 127/8 is
-loopback), as many pods would; the probe comes from 127.0.0.1. The benchmark raises its own
-open-file limit to fit the clients (the server raises its own).
+loopback), as a hostile tenant's pods would; the probe comes from 127.0.0.1, as the API server
+comes from its own address. ``--one-address`` puts every slow client on the probe's address
+(127.0.0.1): the server can then tell the API server from the attackers only by how they behave.
+The server runs with the install base's arguments (``webhooks/base/webhook.yaml``: no connection
+flags, so the defaults) unless ``--server-args`` adds some, and its peak RSS is compared with the
+memory limit of the install base's webhook container, read from that file. The benchmark raises
+its own open-file limit to fit the clients (the server raises its own).
 """
 
 from __future__ import annotations
@@ -45,7 +51,23 @@ from webhook_load import REPO, http_request, start_mpigate
 from mpigate.admission.client import make_review
 
 WEBHOOK_TIMEOUT = 10.0  # the API server's default and maximum webhook timeoutSeconds
-MEMORY_LIMIT = 512 * 1024 * 1024  # the install base's memory limit of the webhook container
+INSTALL_BASE = REPO / "webhooks" / "base" / "webhook.yaml"
+_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "K": 10**3, "M": 10**6, "G": 10**9, "": 1}
+
+
+def memory_limit(path: Path = INSTALL_BASE) -> int:
+    """The memory limit (bytes) of the webhook container in the install base."""
+    import yaml
+
+    for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        if not doc or doc.get("kind") not in ("StatefulSet", "Deployment"):
+            continue
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            if container["name"] == "webhook":
+                value = str(container["resources"]["limits"]["memory"])
+                number, unit = re.fullmatch(r"(\d+)([KMG]i?)?", value).groups()  # type: ignore[union-attr]
+                return int(number) * _UNITS[unit or ""]
+    raise SystemExit(f"{path}: no webhook container with a memory limit")
 
 
 @dataclass
@@ -68,6 +90,8 @@ def rss(pid: int) -> int:
 
 
 def source_address(index: int, per_address: int) -> str:
+    if per_address == 0:  # --one-address: the probe's
+        return "127.0.0.1"
     n = index // per_address
     return f"127.0.{1 + n // 250}.{1 + n % 250}"
 
@@ -140,7 +164,7 @@ async def probe(port: int, ctx: ssl.SSLContext, requests: list[bytes], until: fl
         try:
             async with asyncio.timeout(WEBHOOK_TIMEOUT):
                 reader, writer = await asyncio.open_connection(
-                    "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1"
+                    "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1", local_addr=("127.0.0.1", 0)
                 )
                 writer.write(request)
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -232,9 +256,10 @@ def report(phase: Phase, baseline: Phase | None) -> None:
     print(f"probe latency ms: p50 {p(0.5):.1f}  p99 {p(0.99):.1f}  max {p(1.0):.1f}")
     if lat:
         print(f"  (mean {statistics.mean(lat) * 1000:.1f})")
+    limit = memory_limit()
     print(
-        f"server RSS peak {phase.peak_rss / 2**20:.0f} MiB (limit {MEMORY_LIMIT / 2**20:.0f} MiB: "
-        f"{'ok' if phase.peak_rss < MEMORY_LIMIT else 'OVER'}); logged {phase.log_bytes} bytes"
+        f"server RSS peak {phase.peak_rss / 2**20:.0f} MiB (install base limit {limit / 2**20:.0f} MiB: "
+        f"{'ok' if phase.peak_rss < limit else 'OVER'}); logged {phase.log_bytes} bytes"
     )
     print(f"slow connections held at the end: {phase.held_at_end}")
     for name, value in sorted(phase.metrics.items()):
@@ -265,9 +290,10 @@ async def main_async(args: argparse.Namespace) -> int:
         requests = [http_request("/validate", make_review(job, uid=f"probe-{i}")) for i in range(50)]
         baseline = await run_phase("baseline (probe only)", proc.pid, log, port, ctx, requests, args, 0,
                                    args.baseline_seconds)  # fmt: skip
+        spread = "all on the probe's address" if args.one_address else f"{args.per_address} per address"
         attacked = await run_phase(
-            f"under attack ({args.clients} slow {args.mode} clients, {args.per_address} per address, "
-            f"{args.seconds:g} s)", proc.pid, log, port, ctx, requests, args, args.clients, args.seconds,
+            f"under attack ({args.clients} slow {args.mode} clients, {spread}, {args.seconds:g} s)",
+            proc.pid, log, port, ctx, requests, args, args.clients, args.seconds,
         )  # fmt: skip
     finally:
         proc.terminate()
@@ -275,7 +301,7 @@ async def main_async(args: argparse.Namespace) -> int:
     report(baseline, None)
     report(attacked, baseline)
     lat = sorted(attacked.latencies)
-    ok = attacked.misses == 0 and not attacked.errors and attacked.peak_rss < MEMORY_LIMIT
+    ok = attacked.misses == 0 and not attacked.errors and attacked.peak_rss < memory_limit()
     ok = ok and bool(lat) and lat[min(len(lat) - 1, int(0.99 * len(lat)))] < WEBHOOK_TIMEOUT
     print(f"\ngoal (every probe answered within {WEBHOOK_TIMEOUT:.0f} s, RSS under the limit): "
           f"{'met' if ok else 'NOT met'}")  # fmt: skip
@@ -288,11 +314,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=90.0)
     parser.add_argument("--baseline-seconds", type=float, default=15.0)
     parser.add_argument("--mode", choices=["handshake", "headers", "body", "mixed"], default="mixed")
-    parser.add_argument("--per-address", type=int, default=100)
+    parser.add_argument("--per-address", type=int, default=100, help="Slow clients per source address.")
+    parser.add_argument(
+        "--one-address", action="store_true", help="Every slow client on the probe's address (127.0.0.1)."
+    )
     parser.add_argument("--processes", type=int, default=2, help="Processes running the slow clients.")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--server-args", nargs=argparse.REMAINDER, default=[], help="Extra serve flags.")
-    sys.exit(asyncio.run(main_async(parser.parse_args())))
+    args = parser.parse_args()
+    if args.one_address:
+        args.per_address = 0
+    elif args.per_address < 1:
+        parser.error("--per-address must be at least 1")
+    sys.exit(asyncio.run(main_async(args)))
 
 
 if __name__ == "__main__":

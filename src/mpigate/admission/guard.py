@@ -1,4 +1,5 @@
-"""Connection admission for the webhook: bounded connections, read deadlines, backpressure.
+"""Connection admission for the webhook: bounded connections, read deadlines, fairness between
+client addresses, backpressure.
 
 aiohttp's ``TCPSite`` hands the listening socket to ``loop.create_server``, which accepts every
 connection the kernel offers and reads each for as long as the client likes (aiohttp's only read
@@ -6,22 +7,47 @@ deadline is its keep-alive timeout, meant for idle connections). A few thousand 
 then hold memory and file descriptors until the process hits its limits, and asyncio logs
 "socket.accept() out of system resource" on every retry. :class:`GuardedSite` replaces that accept
 path, within aiohttp's own extension points (a ``BaseSite`` and the ``RequestHandler`` protocol
-that ``aiohttp.web_server.Server`` builds):
+that ``aiohttp.web_server.Server`` builds). What it follows:
 
-* at most ``max_connections`` per server and ``max_connections_per_client`` per client address;
-  a client over the second is closed before its TLS handshake costs anything; at the first, the
-  connection that has waited longest without a complete request (in its TLS handshake, its
-  headers or body, or idle between requests) for at least ``evict_after`` seconds is closed to
-  make room
-  — so slow clients cannot keep the API server's reviews out, as they would if the newcomers
-  only queued behind them — and when no connection is that idle, the site stops accepting (the
-  kernel's listen backlog holds the rest: backpressure);
-* a TLS handshake (``handshake_timeout``), the request headers (``header_timeout``, from the
-  first byte of a request) and — enforced by the review handler — the body (``body_timeout``)
-  each have a deadline; a connection that misses one is closed;
-* an ``accept()`` that fails for lack of descriptors or memory pauses accepting with backoff
-  instead of retrying in a storm, and every such event is logged at most once per window
-  (:class:`RateLimitedLog`).
+* **The accept loop is never starved and never waits for a client.** Whenever the listening socket
+  is readable, everything queued in the kernel is accepted at once (up to the backlog), as
+  asyncio's own server does (CPython: ``Lib/asyncio/selector_events.py``
+  ``BaseSelectorEventLoop._accept_connection``), and each newcomer is placed at once — admitted,
+  queued or closed — before any TLS work: the TLS handshake runs in the connection's own task,
+  as Go's ``net/http`` runs it in the connection's goroutine, never in ``Server.Serve``'s accept
+  loop (Go: ``src/net/http/server.go`` ``(*conn).serve``: ``tlsConn.HandshakeContext`` under
+  ``tlsHandshakeTimeout``). So a newcomer never waits in the kernel's queue behind thousands of
+  others (what kept the API server's reviews out when the site stopped accepting at its cap).
+* **Caps**: at most ``max_connections`` per server and ``max_connections_per_client`` per client
+  address. A connection is *slow* from its accept until its request is complete (TLS handshake,
+  headers, body) and again while idle between requests; only slow connections are ever closed to
+  make room, the oldest first (as nginx reuses its oldest idle keep-alive connections when it
+  runs out: ``src/core/ngx_connection.c`` ``ngx_drain_connections``). A newcomer from an address
+  at its own cap replaces that address's oldest slow connection once it has been slow for
+  ``evict_after``, or is closed (before its TLS handshake, so it costs almost nothing).
+* **Fairness between addresses at the server's cap** (max-min fair share, the principle of
+  kube-apiserver's API Priority and Fairness, which gives each flow its own queue so that one
+  flow cannot starve the others: ``k8s.io/apiserver/pkg/util/flowcontrol/fairqueuing/queueset``):
+  a newcomer from an address that holds fewer connections than the address holding the most
+  takes the place of that address's oldest slow connection, whatever its age — a tenant's pod
+  with hundreds of slow connections cannot crowd out the API server's address. Otherwise the
+  oldest connection slow for at least ``evict_after`` makes room; when there is none, the
+  newcomer waits in a bounded queue of accepted sockets (no TLS yet: a descriptor and kernel
+  buffers), from which a freed slot goes to the waiting address holding the fewest connections
+  (backpressure), and is closed after ``handshake_timeout`` there.
+* **No load shedding by address.** Refusing newcomers from heavy addresses while the loop lags
+  was tried and measured to make it worse: a refused slow client reconnects at once, and the
+  accepts and closes of thousands of reconnects a second cost the loop more than holding them.
+* **Deadlines**: a TLS handshake (``handshake_timeout``), the request headers (``header_timeout``,
+  from the first byte of a request) and — enforced by the review handler — the body
+  (``body_timeout``); a connection that misses one is closed.
+* **Memory**: asyncio's TLS protocol keeps a 256 KiB receive buffer per connection (CPython
+  ``Lib/asyncio/sslproto.py`` ``SSLProtocol.max_size``), ~280 KB a connection in all, which put
+  4,000 slow clients past the install base's memory limit; here it is 16 KiB (one TLS record),
+  ~40 KB a connection.
+* **No storms**: an ``accept()`` that fails for lack of descriptors or memory pauses accepting
+  with backoff (as Go's ``Server.Serve`` and asyncio do), and every kind of refusal or timeout is
+  logged at most once per window (:class:`RateLimitedLog`).
 """
 
 from __future__ import annotations
@@ -34,8 +60,9 @@ import resource
 import socket
 import ssl
 import time
+from asyncio import sslproto
 from collections import Counter as Tally
-from collections.abc import Callable
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -61,12 +88,14 @@ _RESERVED_FDS: Final = 64
 class ConnectionLimits:
     """How much one server process gives to clients.
 
-    ``keepalive_timeout`` exceeds the 90 s idle timeout of Go's ``http.Transport`` that the API
-    server's webhook client uses, so that the client, not the server, closes an idle connection
-    (a server that closes first races the client's next request on it)."""
+    ``max_connections`` × ~40 KB (a held TLS connection, measured with benchmarks/slow_clients.py)
+    stays well inside the install base's 512 MiB. ``keepalive_timeout`` exceeds the 90 s idle
+    timeout of Go's ``http.Transport`` that the API server's webhook client uses, so that the
+    client, not the server, closes an idle connection (a server that closes first races the
+    client's next request on it)."""
 
-    max_connections: int = 1024
-    max_connections_per_client: int = 256
+    max_connections: int = 4096
+    max_connections_per_client: int = 1024
     handshake_timeout: float = 10.0
     header_timeout: float = 10.0
     body_timeout: float = 10.0
@@ -85,6 +114,18 @@ class ConnectionLimits:
         )
         if min(timeouts) <= 0:
             raise ValueError("timeouts must be positive")
+
+
+_REFUSALS: Final = {
+    "per-client": "the per-client limit",
+    "full": "the server's limit and its queue",
+}
+
+
+_EVICTIONS: Final = {
+    "per-client": "to admit a newcomer at the per-client limit",
+    "cap": "to admit a newcomer at the server's limit",
+}
 
 
 class RateLimitedLog:
@@ -123,13 +164,43 @@ def raise_open_file_limit() -> int:
     return soft
 
 
+class _TLSProtocol(sslproto.SSLProtocol):
+    """asyncio's TLS protocol with a receive buffer of one TLS record (16 KiB) instead of 256 KiB:
+    the buffer is allocated per connection, and most of what a held connection costs."""
+
+    max_size = 16 * 1024
+
+
+class _Slot:
+    """One admitted connection: its client address and how to close it at once."""
+
+    __slots__ = ("client", "conn", "released", "task", "transport")
+
+    def __init__(self, client: str, conn: socket.socket) -> None:
+        self.client = client
+        self.conn = conn
+        self.released = False
+        self.transport: asyncio.Transport | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def abort(self) -> None:
+        """Close without the TLS close_notify exchange that a hostile peer never answers
+        (``transport.close`` would hold the connection for ``ssl_shutdown_timeout``)."""
+        if self.transport is not None:
+            self.transport.abort()
+            return
+        self.conn.close()  # its task has not made a transport yet (or never ran)
+        if self.task is not None:
+            self.task.cancel()
+
+
 class _GuardedHandler(RequestHandler):
     """aiohttp's HTTP/1.1 protocol with a header deadline and the site's slot released on close."""
 
-    def __init__(self, manager: Any, *, site: GuardedSite, client: str, **kwargs: Any) -> None:
+    def __init__(self, manager: Any, *, site: GuardedSite, slot: _Slot, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._site = site
-        self._client = client
+        self._slot = slot
         self._header_deadline: asyncio.TimerHandle | None = None
         self._in_request = False
         self.handshaken = False
@@ -138,7 +209,6 @@ class _GuardedHandler(RequestHandler):
         super().connection_made(transport)
         self.handshaken = True
         self._arm()
-        self._site._waiting_since(self, self.abort)
 
     def data_received(self, data: bytes) -> None:
         if not self._in_request and self._header_deadline is None:
@@ -147,35 +217,30 @@ class _GuardedHandler(RequestHandler):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
-        self._site._not_waiting(self)
         try:
             super().connection_lost(exc)
         finally:
-            self._site._released(self._client)
+            self._site._release(self._slot)
 
     def request_started(self) -> None:
         """The headers are in (the handler runs): the header deadline is met. Until its body is
-        in too, the connection can still be evicted (the API server sends a review at once)."""
+        in too, the connection stays slow (the API server sends a review at once)."""
         self._in_request = True
         self._disarm()
-        self._site._waiting_since(self, self.abort)
 
     def body_received(self) -> None:
-        """The request is complete: it is being judged, never evicted."""
-        self._site._not_waiting(self)
+        """The request is complete: it is being judged, never closed to make room."""
+        self._site._busy(self._slot)
 
     def request_finished(self) -> None:
         self._in_request = False
-        self._site._waiting_since(self, self.abort)
+        self._site._slow_since_now(self._slot)  # idle from now on
 
     def skip_lingering(self) -> None:
         self._lingering_time = 0.0  # RequestHandler.start reads it after the answer is sent
 
     def abort(self) -> None:
-        """Close at once, without the TLS close_notify exchange that a hostile peer never
-        answers (``transport.close`` would hold the connection for ``ssl_shutdown_timeout``)."""
-        if self.transport is not None:
-            self.transport.abort()
+        self._slot.abort()
         self.force_close()
 
     def _arm(self) -> None:
@@ -191,7 +256,7 @@ class _GuardedHandler(RequestHandler):
         self._header_deadline = None
         if self._in_request:
             return
-        self._site._timed_out("headers", self._client)
+        self._site._timed_out("headers", self._slot.client)
         self.abort()
 
 
@@ -245,13 +310,17 @@ class GuardedSite(web.BaseSite):
         self.limits = limits
         self._metrics = metrics
         self._sock: socket.socket | None = None
-        self._accepting: asyncio.Task[None] | None = None
-        self._handshakes: set[asyncio.Task[None]] = set()
+        self._resume: asyncio.TimerHandle | None = None
+        self._backoff = 0.05
+        self._tasks: set[asyncio.Task[None]] = set()
         self._open = 0
         self._per_client: Tally[str] = Tally()
-        self._slot_free = asyncio.Event()
-        # connections without a request in progress, oldest first: key -> (since, close)
-        self._waiting: dict[object, tuple[float, Callable[[], object]]] = {}
+        # slow connections (no complete request) by client address, oldest first: slot -> since
+        self._slow: dict[str, dict[_Slot, float]] = {}
+        # accepted sockets waiting for a slot, by client address, oldest first
+        self._queue: dict[str, deque[tuple[socket.socket, float]]] = {}
+        self._queued = 0
+        self._queue_timer: asyncio.TimerHandle | None = None
         self._logs = RateLimitedLog(log)
         self.capacity = limits.max_connections
 
@@ -268,6 +337,10 @@ class GuardedSite(web.BaseSite):
     def open_connections(self) -> int:
         return self._open
 
+    @property
+    def queued_connections(self) -> int:
+        return self._queued
+
     async def start(self) -> None:
         await super().start()
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
@@ -277,7 +350,7 @@ class GuardedSite(web.BaseSite):
         sock.setblocking(False)
         self._sock = sock
         nofile = raise_open_file_limit()
-        room = max(1, nofile - _RESERVED_FDS)
+        room = max(1, nofile - _RESERVED_FDS - self._backlog)  # the queue holds descriptors too
         if room < self.limits.max_connections:
             log.warning(
                 "the open-file limit (%d) leaves room for %d connections, not %d",
@@ -287,185 +360,308 @@ class GuardedSite(web.BaseSite):
                 extra=fields(event="connection_cap_lowered", nofile=nofile, capacity=room),
             )
             self.capacity = room
-        self._accepting = asyncio.create_task(self._accept_loop(), name="mpigate-accept")
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._accept_ready)
 
     async def stop(self) -> None:
-        if self._accepting is not None:
-            self._accepting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._accepting
-            self._accepting = None
+        loop = asyncio.get_running_loop()
+        if self._resume is not None:
+            self._resume.cancel()
+        if self._queue_timer is not None:
+            self._queue_timer.cancel()
         if self._sock is not None:
+            loop.remove_reader(self._sock.fileno())
             self._sock.close()
-        for task in list(self._handshakes):
+        for waiting in self._queue.values():
+            for conn, _ in waiting:
+                conn.close()
+        self._queue.clear()
+        self._queued = 0
+        for task in list(self._tasks):
             task.cancel()
         self._runner._check_site(self)
         self._runner._unreg_site(self)
 
-    async def _accept_loop(self) -> None:
-        loop = asyncio.get_running_loop()
+    # -- accepting ---------------------------------------------------------------------------
+
+    def _accept_ready(self) -> None:
+        """Accept everything the kernel holds (up to the backlog) and place each newcomer."""
         assert self._sock is not None
-        backoff = 0.05
-        while True:
-            while self._open >= self.capacity:
-                self._slot_free.clear()
-                if not await self._newcomer_or_slot():
-                    continue  # a slot is free
-                # A newcomer waits: make room by evicting (then wait for that slot), or — when
-                # no connection has idled long enough — leave it in the kernel's listen backlog
-                # (backpressure) and look again shortly.
-                wait = self.limits.handshake_timeout if self._evict_one() else self.limits.evict_after / 2
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._slot_free.wait(), wait)
+        for _ in range(self._backlog):
             try:
-                conn, address = await loop.sock_accept(self._sock)
+                conn, address = self._sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
             except OSError as exc:
                 if exc.errno not in _RESOURCE_ERRNOS:
                     raise
-                self._metrics.connections_refused.labels("resources").inc()
-                self._logs.log(
-                    logging.WARNING,
-                    "accept",
-                    "cannot accept connections: %s; pausing %.2f s (%d open)",
-                    exc.strerror,
-                    backoff,
-                    self._open,
-                    event="accept_paused",
-                    error=errno.errorcode.get(exc.errno or 0, "?"),
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
-                continue
-            backoff = 0.05
-            client = str(address[0])
-            if self._per_client[client] >= self.limits.max_connections_per_client:
-                conn.close()  # before the TLS handshake: a refused client costs almost nothing
-                self._metrics.connections_refused.labels("per-client").inc()
-                self._logs.log(
-                    logging.WARNING,
-                    f"per-client:{client}",
-                    "refused a connection from %s: it already has %d open (the per-client limit)",
-                    client,
-                    self._per_client[client],
-                    event="connection_refused",
-                    client=client,
-                )
-                continue
-            self._open += 1
-            self._per_client[client] += 1
-            self._metrics.connections_open.inc()
-            task = asyncio.create_task(self._handshake(conn, client))
-            self._handshakes.add(task)
-            self._waiting_since(task, task.cancel)
-            task.add_done_callback(self._handshake_done)
+                self._pause_accepting(exc)
+                return
+            self._backoff = 0.05
+            conn.setblocking(False)
+            self._place(conn, str(address[0]))
 
-    async def _handshake(self, conn: socket.socket, client: str) -> None:
+    def _pause_accepting(self, exc: OSError) -> None:
+        """Out of descriptors or memory: stop accepting for a while (the kernel's listen backlog
+        holds the newcomers) instead of retrying in a storm (Go: ``Server.Serve``'s tempDelay)."""
+        assert self._sock is not None
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._sock.fileno())
+        self._metrics.connections_refused.labels("resources").inc()
+        self._logs.log(
+            logging.WARNING,
+            "accept",
+            "cannot accept connections: %s; pausing %.2f s (%d open)",
+            exc.strerror,
+            self._backoff,
+            self._open,
+            event="accept_paused",
+            error=errno.errorcode.get(exc.errno or 0, "?"),
+        )
+        sock = self._sock
+
+        def resume() -> None:
+            self._resume = None
+            if self._sock is sock and sock.fileno() >= 0:
+                loop.add_reader(sock.fileno(), self._accept_ready)
+
+        self._resume = loop.call_later(self._backoff, resume)
+        self._backoff = min(self._backoff * 2, 1.0)
+
+    def _place(self, conn: socket.socket, client: str) -> None:
+        """Admit ``conn``, making room if the caps allow it, queue it, or close it."""
+        now = time.monotonic()
+        queued = len(self._queue.get(client, ()))
+        if self._per_client[client] + queued >= self.limits.max_connections_per_client:
+            victim = self._oldest_slow(client, now - self.limits.evict_after)
+            if victim is None:
+                self._refuse(conn, client, "per-client")
+                return
+            self._evict(victim, "per-client")
+        elif self._open >= self.capacity:
+            victim = self._room_for(client, now)
+            if victim is None:
+                self._enqueue(conn, client, now)
+                return
+            self._evict(victim, "cap")
+        self._admit(conn, client)
+
+    def _room_for(self, client: str, now: float) -> _Slot | None:
+        """At the server's cap, the slow connection to close for a newcomer from ``client``: the
+        oldest of the address holding the most connections when that is more than ``client``
+        would hold (fair share), else the oldest one slow for ``evict_after``; None if neither."""
+        mine = self._per_client[client] + 1
+        heaviest = max(
+            (c for c in self._slow if self._slow[c]), key=self._per_client.__getitem__, default=None
+        )
+        if heaviest is not None and self._per_client[heaviest] > mine:
+            return self._oldest_slow(heaviest, now)
+        return self._oldest_slow(None, now - self.limits.evict_after)
+
+    def _oldest_slow(self, client: str | None, before: float) -> _Slot | None:
+        """The connection of ``client`` (any client: None) slow the longest, if slow since
+        ``before`` or earlier."""
+        if client is not None:
+            slow = self._slow.get(client)
+            first = next(iter(slow.items()), None) if slow else None
+        else:
+            heads = (next(iter(s.items())) for s in self._slow.values() if s)
+            first = min(heads, key=lambda item: item[1], default=None)
+        return first[0] if first is not None and first[1] <= before else None
+
+    def _evict(self, slot: _Slot, why: str) -> None:
+        """Close ``slot``'s connection; its slot is free at once (for a newcomer, when ``why`` is
+        a cap: not refilled from the queue) and its transport goes on the next iteration."""
+        self._release(slot, refill=False)
+        slot.abort()
+        self._metrics.connections_refused.labels("evicted").inc()
+        self._logs.log(
+            logging.INFO,
+            f"evicted:{why}",
+            "closed the connection from %s slow the longest (%s)",
+            slot.client,
+            _EVICTIONS[why],
+            event="connection_evicted",
+            client=slot.client,
+            reason=why,
+        )
+
+    def _refuse(self, conn: socket.socket, client: str, reason: str) -> None:
+        conn.close()  # before the TLS handshake: a refused client costs almost nothing
+        self._metrics.connections_refused.labels(reason).inc()
+        self._logs.log(
+            logging.WARNING,
+            f"refused:{reason}",
+            "refused a connection from %s (%s: %d open from it, %d in all, %d queued)",
+            client,
+            _REFUSALS[reason],
+            self._per_client[client],
+            self._open,
+            self._queued,
+            event="connection_refused",
+            client=client,
+            reason=reason,
+        )
+
+    # -- the queue (backpressure) --------------------------------------------------------------
+
+    def _enqueue(self, conn: socket.socket, client: str, now: float) -> None:
+        if self._queued >= self._backlog:
+            self._refuse(conn, client, "full")
+            return
+        self._queue.setdefault(client, deque()).append((conn, now))
+        self._queued += 1
+        self._serve_queue_later()
+
+    def _next_queued(self) -> str:
+        """The client whose queued newcomer goes next: the address holding the fewest
+        connections, then the one waiting longest."""
+        return min(self._queue, key=lambda c: (self._per_client[c], self._queue[c][0][1]))
+
+    def _pop_queued(self, client: str) -> socket.socket:
+        conn, _ = self._queue[client].popleft()
+        if not self._queue[client]:
+            del self._queue[client]
+        self._queued -= 1
+        return conn
+
+    def _dequeue(self) -> None:
+        """Admit queued newcomers while there is room."""
+        while self._queued and self._open < self.capacity:
+            client = self._next_queued()
+            self._admit(self._pop_queued(client), client)
+
+    def _serve_queue(self) -> None:
+        """Close queued newcomers past the handshake deadline, make room for the others as
+        slow connections come of age (``evict_after``), and look again when the next one does."""
+        self._queue_timer = None
+        now = time.monotonic()
+        deadline = now - self.limits.handshake_timeout
+        for client in list(self._queue):
+            waiting = self._queue[client]
+            while waiting and waiting[0][1] <= deadline:
+                self._pop_queued(client).close()
+                self._timed_out("queue", client)
+        self._dequeue()
+        while self._queued:
+            client = self._next_queued()
+            victim = self._room_for(client, now)
+            if victim is None:
+                break
+            self._evict(victim, "cap")
+            self._admit(self._pop_queued(client), client)
+        self._serve_queue_later()
+
+    def _serve_queue_later(self) -> None:
+        if not self._queued or self._queue_timer is not None:
+            return
+        when = min(waiting[0][1] for waiting in self._queue.values()) + self.limits.handshake_timeout
+        slow = [next(iter(s.values())) for s in self._slow.values() if s]
+        if slow:
+            when = min(when, min(slow) + self.limits.evict_after)
+        delay = max(when - time.monotonic(), 0.01)
+        self._queue_timer = asyncio.get_running_loop().call_later(delay, self._serve_queue)
+
+    # -- admitted connections ------------------------------------------------------------------
+
+    def _admit(self, conn: socket.socket, client: str) -> None:
+        slot = _Slot(client, conn)
+        self._open += 1
+        self._per_client[client] += 1
+        self._metrics.connections_open.inc()
+        self._slow.setdefault(client, {})[slot] = time.monotonic()
+        task = asyncio.create_task(self._connect(conn, slot))
+        slot.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, conn: socket.socket, slot: _Slot) -> None:
+        """Serve ``conn``: aiohttp's protocol, behind TLS when the site has a context. What
+        ``loop.connect_accepted_socket(..., ssl=...)`` does (CPython:
+        ``BaseEventLoop._create_connection_transport``), with :class:`_TLSProtocol`."""
         loop = asyncio.get_running_loop()
         server = self._runner.server
         assert server is not None
         kwargs = {**server._kwargs, "loop": loop}  # what aiohttp's Server.__call__ passes
-
-        made: list[_GuardedHandler] = []
-
-        def protocol() -> _GuardedHandler:
-            handler = _GuardedHandler(server, site=self, client=client, **kwargs)
-            made.append(handler)
-            return handler
-
+        handler = _GuardedHandler(server, site=self, slot=slot, **kwargs)
+        if self._ssl_context is None:
+            try:
+                slot.transport, _ = await loop.connect_accepted_socket(lambda: handler, conn)
+            except (OSError, asyncio.CancelledError):
+                conn.close()
+                self._release(slot)
+                raise
+            return
+        waiter: asyncio.Future[None] = loop.create_future()
+        tls = _TLSProtocol(
+            loop,
+            handler,
+            self._ssl_context,
+            waiter,
+            server_side=True,
+            # asyncio takes seconds as a float; typeshed's stub says int
+            ssl_handshake_timeout=self.limits.handshake_timeout,  # type: ignore[arg-type]
+            ssl_shutdown_timeout=self.limits.handshake_timeout,
+        )
         try:
-            await loop.connect_accepted_socket(
-                protocol,
-                conn,
-                ssl=self._ssl_context,
-                ssl_handshake_timeout=self.limits.handshake_timeout if self._ssl_context else None,
-                ssl_shutdown_timeout=self.limits.handshake_timeout if self._ssl_context else None,
-            )
-        except (OSError, TimeoutError, asyncio.CancelledError) as exc:
-            if made and made[0].handshaken:  # evicted right after its handshake
-                made[0].abort()  # its connection_lost releases the slot
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                return
-            conn.close()
-            if isinstance(exc, TimeoutError) or "taking longer" in str(exc):
-                self._timed_out("handshake", client)
+            slot.transport, _ = await loop.connect_accepted_socket(lambda: tls, conn)
+            await waiter
+        except (OSError, asyncio.CancelledError) as exc:
+            if slot.transport is not None:
+                slot.transport.abort()
             else:
-                self._logs.log(
-                    logging.DEBUG, "handshake", "TLS handshake with %s failed: %s", client, exc,
-                    event="handshake_failed", client=client,
-                )  # fmt: skip
-            self._released(client)
+                conn.close()
+            if not slot.released:
+                if "taking longer" in str(exc):  # asyncio's handshake timeout (ConnectionAbortedError)
+                    self._timed_out("handshake", slot.client)
+                elif not isinstance(exc, asyncio.CancelledError):
+                    self._logs.log(
+                        logging.DEBUG, "handshake", "TLS handshake with %s failed: %s", slot.client, exc,
+                        event="handshake_failed", client=slot.client,
+                    )  # fmt: skip
+                self._release(slot)
             if isinstance(exc, asyncio.CancelledError):
                 raise
+            return
+        if not handler.handshaken:  # closed during the handshake (the waiter then has no error)
+            self._release(slot)
 
-    def _handshake_done(self, task: asyncio.Task[None]) -> None:
-        self._handshakes.discard(task)
-        self._not_waiting(task)
+    def _busy(self, slot: _Slot) -> None:
+        slow = self._slow.get(slot.client)
+        if slow is not None:
+            slow.pop(slot, None)
+            if not slow:
+                del self._slow[slot.client]
 
-    def _waiting_since(self, key: object, close: Callable[[], object]) -> None:
-        self._waiting.pop(key, None)
-        self._waiting[key] = (time.monotonic(), close)
-
-    def _not_waiting(self, key: object) -> None:
-        self._waiting.pop(key, None)
-
-    async def _newcomer_or_slot(self) -> bool:
-        """Wait until a connection waits to be accepted (True) or a slot frees (False)."""
-        assert self._sock is not None
-        loop = asyncio.get_running_loop()
-        newcomer: asyncio.Future[bool] = loop.create_future()
-        fd = self._sock.fileno()
-
-        def readable() -> None:
-            if not newcomer.done():
-                newcomer.set_result(True)
-
-        loop.add_reader(fd, readable)
-        slot: asyncio.Future[bool] = asyncio.ensure_future(self._slot_free.wait())
-        try:
-            await asyncio.wait({newcomer, slot}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            loop.remove_reader(fd)
-            slot.cancel()
-            newcomer.cancel()
-        return not self._slot_free.is_set()
-
-    def _evict_one(self) -> bool:
-        """Close the connection that has waited longest without a request, if it has waited at
-        least ``evict_after``; True when one was closed."""
-        for key, (since, close) in self._waiting.items():
-            if time.monotonic() - since < self.limits.evict_after:
-                return False
-            del self._waiting[key]
-            close()
-            self._metrics.connections_refused.labels("evicted").inc()
-            self._logs.log(
-                logging.INFO,
-                "evicted",
-                "at %d connections: closed the one that waited longest without a request",
-                self._open,
-                event="connection_evicted",
-            )
-            return True
-        return False
+    def _slow_since_now(self, slot: _Slot) -> None:
+        if not slot.released:
+            slow = self._slow.setdefault(slot.client, {})
+            slow.pop(slot, None)
+            slow[slot] = time.monotonic()
 
     def _timed_out(self, phase: str, client: str) -> None:
         self._metrics.connection_timeouts.labels(phase).inc()
         self._logs.log(
             logging.INFO,
             f"timeout:{phase}",
-            "closed a connection from %s: no complete %s within its deadline",
+            "closed a connection from %s: %s",
             client,
-            phase,
+            "no slot within the handshake deadline" if phase == "queue" else f"no complete {phase} in time",
             event="connection_timeout",
             phase=phase,
             client=client,
         )
 
-    def _released(self, client: str) -> None:
+    def _release(self, slot: _Slot, *, refill: bool = True) -> None:
+        """Give ``slot`` back (once, however many ways its connection ends) and, unless a
+        newcomer takes its place (``refill=False``), admit the next queued one."""
+        if slot.released:
+            return
+        slot.released = True
+        self._busy(slot)
         self._open -= 1
-        self._per_client[client] -= 1
-        if self._per_client[client] <= 0:
-            del self._per_client[client]
+        self._per_client[slot.client] -= 1
+        if self._per_client[slot.client] <= 0:
+            del self._per_client[slot.client]
         self._metrics.connections_open.dec()
-        self._slot_free.set()
+        if refill and self._queued:
+            self._dequeue()

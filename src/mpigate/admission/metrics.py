@@ -106,13 +106,15 @@ class Metrics:
         )
         self.connections_refused = Counter(
             "mpigate_admission_connections_refused",
-            "Connections closed unserved: per-client (over the per-address cap), resources (accept failed).",
+            "Connections closed unserved: per-client (over the per-address cap), full (at the cap with"
+            " its queue full), evicted (slow, closed to admit a newcomer), resources (accept failed).",
             ["reason"],
             registry=r,
         )
         self.connection_timeouts = Counter(
             "mpigate_admission_connection_timeouts",
-            "Connections closed for missing a read deadline, by phase (handshake, headers, body).",
+            "Connections closed for missing a deadline, by phase (handshake, headers, body; queue: no slot"
+            " within the handshake deadline).",
             ["phase"],
             registry=r,
         )

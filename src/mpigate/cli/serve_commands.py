@@ -283,14 +283,14 @@ def _kube_config(kubeconfig: Path | None, context: str | None, live: bool) -> Ku
     default=ConnectionLimits.max_connections,
     show_default=True,
     type=click.IntRange(1),
-    help="Connections held at once; more wait in the listen backlog.",
+    help="Connections held at once; at the cap slow ones make room (fair per address) or newcomers wait.",
 )
 @click.option(
     "--max-connections-per-client",
     default=ConnectionLimits.max_connections_per_client,
     show_default=True,
     type=click.IntRange(1),
-    help="Connections one client address may hold; more are closed.",
+    help="Connections one client address may hold; at it, its oldest slow one makes room or newcomers close.",
 )
 @click.option(
     "--handshake-timeout", default="10s", show_default=True, type=Duration(), help="TLS handshake limit."
@@ -307,7 +307,7 @@ def _kube_config(kubeconfig: Path | None, context: str | None, live: bool) -> Ku
     default="1s",
     show_default=True,
     type=Duration(),
-    help="At --max-connections, close a connection idle this long to admit a new one.",
+    help="A connection slow (no complete request) this long may be closed to admit a newcomer at a cap.",
 )
 @click.option("--kubeconfig", type=click.Path(path_type=Path, exists=True), help="Cluster for live context.")
 @click.option("--context", "kube_context", help="kubeconfig context (default: current-context).")
