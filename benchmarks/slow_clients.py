@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import random
 import re
 import resource
@@ -77,6 +78,9 @@ class Phase:
     misses: int = 0
     errors: list[str] = field(default_factory=list)
     peak_rss: int = 0
+    server_cpu: float = 0.0  # CPU seconds the server used during the phase
+    load: float = 0.0  # the machine's 1-minute load average at the end
+    tracebacks: int = 0  # log lines of the phase that carry a traceback
     log_bytes: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
     held_at_end: int = 0
@@ -141,10 +145,25 @@ async def slow_client(
                 writer.transport.abort()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` (proc(5): fields 14 and 15 of /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def attackers(
-    first: int, count: int, port: int, ca_file: str, mode: str, per_address: int, seconds: float, held: Any
+    first: int,
+    count: int,
+    port: int,
+    ca_file: str,
+    mode: str,
+    per_address: int,
+    seconds: float,
+    held: Any,
+    nice: int,
 ) -> None:
     """One process of slow clients (its own event loop: the probe's latency is not theirs)."""
+    os.nice(nice)
     resource.setrlimit(resource.RLIMIT_NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE))
     ctx = ssl.create_default_context(cafile=ca_file)
 
@@ -222,6 +241,7 @@ async def run_phase(
                 args.per_address,
                 seconds,
                 held,
+                args.attacker_nice,
             ),
         )
         for first in range(0, clients, share or 1)
@@ -230,11 +250,14 @@ async def run_phase(
     for proc in procs:
         proc.start()
     until = time.monotonic() + seconds
+    cpu_start = cpu_seconds(pid)
     probing = asyncio.create_task(probe(port, ctx, requests, until, phase))
     while time.monotonic() < until:
         phase.peak_rss = max(phase.peak_rss, rss(pid))
         await asyncio.sleep(0.5)
     phase.held_at_end = held.value
+    phase.server_cpu = cpu_seconds(pid) - cpu_start
+    phase.load = os.getloadavg()[0]
     phase.metrics = await metrics(port, ctx)
     await probing
     for proc in procs:
@@ -242,6 +265,9 @@ async def run_phase(
         if proc.is_alive():
             proc.kill()
     phase.log_bytes = log.stat().st_size - log_start
+    with log.open("rb") as lines:
+        lines.seek(log_start)
+        phase.tracebacks = sum(b'"exc":' in line for line in lines)
     return phase
 
 
@@ -260,8 +286,10 @@ def report(phase: Phase, baseline: Phase | None) -> None:
     print(
         f"server RSS peak {phase.peak_rss / 2**20:.0f} MiB (install base limit {limit / 2**20:.0f} MiB: "
         f"{'ok' if phase.peak_rss < limit else 'OVER'}); logged {phase.log_bytes} bytes"
+        f" ({phase.tracebacks} lines with a traceback)"
     )
     print(f"slow connections held at the end: {phase.held_at_end}")
+    print(f"server CPU {phase.server_cpu:.1f} s in the phase; machine load average (1 min) {phase.load:.1f}")
     for name, value in sorted(phase.metrics.items()):
         before = baseline.metrics.get(name, 0.0) if baseline else 0.0
         print(f"  {name} {value - before:g}" if "total" in name else f"  {name} {value:g}")
@@ -302,6 +330,7 @@ async def main_async(args: argparse.Namespace) -> int:
     report(attacked, baseline)
     lat = sorted(attacked.latencies)
     ok = attacked.misses == 0 and not attacked.errors and attacked.peak_rss < memory_limit()
+    ok = ok and attacked.tracebacks == 0
     ok = ok and bool(lat) and lat[min(len(lat) - 1, int(0.99 * len(lat)))] < WEBHOOK_TIMEOUT
     print(f"\ngoal (every probe answered within {WEBHOOK_TIMEOUT:.0f} s, RSS under the limit): "
           f"{'met' if ok else 'NOT met'}")  # fmt: skip
@@ -319,6 +348,12 @@ def main() -> None:
         "--one-address", action="store_true", help="Every slow client on the probe's address (127.0.0.1)."
     )
     parser.add_argument("--processes", type=int, default=2, help="Processes running the slow clients.")
+    parser.add_argument(
+        "--attacker-nice",
+        type=int,
+        default=0,
+        help="Niceness of the slow clients' processes (in a cluster they run on other machines).",
+    )
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--server-args", nargs=argparse.REMAINDER, default=[], help="Extra serve flags.")
     args = parser.parse_args()

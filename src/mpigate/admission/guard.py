@@ -174,24 +174,30 @@ class _TLSProtocol(sslproto.SSLProtocol):
 class _Slot:
     """One admitted connection: its client address and how to close it at once."""
 
-    __slots__ = ("client", "conn", "released", "task", "transport")
+    __slots__ = ("aborted", "client", "conn", "released", "started", "task", "transport")
 
     def __init__(self, client: str, conn: socket.socket) -> None:
         self.client = client
         self.conn = conn
         self.released = False
+        self.started = False  # its task runs: the socket belongs to the transport being made
+        self.aborted = False
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
 
     def abort(self) -> None:
         """Close without the TLS close_notify exchange that a hostile peer never answers
         (``transport.close`` would hold the connection for ``ssl_shutdown_timeout``)."""
+        self.aborted = True
         if self.transport is not None:
             self.transport.abort()
-            return
-        self.conn.close()  # its task has not made a transport yet (or never ran)
-        if self.task is not None:
-            self.task.cancel()
+        elif not self.started:
+            self.conn.close()
+            if self.task is not None:
+                self.task.cancel()
+        # else: the task is making the transport, which registers the socket's descriptor on
+        # the next iteration — closing the socket now would let that registration hit another
+        # connection's reused descriptor; the task aborts the transport once it has it
 
 
 class _GuardedHandler(RequestHandler):
@@ -583,47 +589,52 @@ class GuardedSite(web.BaseSite):
         assert server is not None
         kwargs = {**server._kwargs, "loop": loop}  # what aiohttp's Server.__call__ passes
         handler = _GuardedHandler(server, site=self, slot=slot, **kwargs)
-        if self._ssl_context is None:
-            try:
-                slot.transport, _ = await loop.connect_accepted_socket(lambda: handler, conn)
-            except (OSError, asyncio.CancelledError):
-                conn.close()
-                self._release(slot)
-                raise
-            return
-        waiter: asyncio.Future[None] = loop.create_future()
-        tls = _TLSProtocol(
-            loop,
-            handler,
-            self._ssl_context,
-            waiter,
-            server_side=True,
-            # asyncio takes seconds as a float; typeshed's stub says int
-            ssl_handshake_timeout=self.limits.handshake_timeout,  # type: ignore[arg-type]
-            ssl_shutdown_timeout=self.limits.handshake_timeout,
-        )
+        slot.started = True
+        waiter: asyncio.Future[None] | None = None
+        protocol: asyncio.BaseProtocol = handler
+        if self._ssl_context is not None:
+            waiter = loop.create_future()
+            protocol = _TLSProtocol(
+                loop,
+                handler,
+                self._ssl_context,
+                waiter,
+                server_side=True,
+                # asyncio takes seconds as a float; typeshed's stub says int
+                ssl_handshake_timeout=self.limits.handshake_timeout,  # type: ignore[arg-type]
+                ssl_shutdown_timeout=self.limits.handshake_timeout,
+            )
         try:
-            slot.transport, _ = await loop.connect_accepted_socket(lambda: tls, conn)
+            slot.transport, _ = await loop.connect_accepted_socket(lambda: protocol, conn)
+        except OSError as exc:  # the socket was already unusable (reset before we got to it)
+            conn.close()
+            self._handshake_failed(slot, exc)
+            return
+        if slot.aborted:  # evicted while its transport was being made
+            slot.transport.abort()
+            return
+        if waiter is None:
+            return
+        try:
             await waiter
-        except (OSError, asyncio.CancelledError) as exc:
-            if slot.transport is not None:
-                slot.transport.abort()
-            else:
-                conn.close()
-            if not slot.released:
-                if "taking longer" in str(exc):  # asyncio's handshake timeout (ConnectionAbortedError)
-                    self._timed_out("handshake", slot.client)
-                elif not isinstance(exc, asyncio.CancelledError):
-                    self._logs.log(
-                        logging.DEBUG, "handshake", "TLS handshake with %s failed: %s", slot.client, exc,
-                        event="handshake_failed", client=slot.client,
-                    )  # fmt: skip
-                self._release(slot)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
+        except OSError as exc:
+            slot.transport.abort()
+            self._handshake_failed(slot, exc)
             return
         if not handler.handshaken:  # closed during the handshake (the waiter then has no error)
             self._release(slot)
+
+    def _handshake_failed(self, slot: _Slot, exc: OSError) -> None:
+        if slot.released:
+            return
+        if "taking longer" in str(exc):  # asyncio's handshake timeout (ConnectionAbortedError)
+            self._timed_out("handshake", slot.client)
+        else:
+            self._logs.log(
+                logging.DEBUG, "handshake", "TLS handshake with %s failed: %s", slot.client, exc,
+                event="handshake_failed", client=slot.client,
+            )  # fmt: skip
+        self._release(slot)
 
     def _busy(self, slot: _Slot) -> None:
         slow = self._slow.get(slot.client)
