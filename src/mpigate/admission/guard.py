@@ -43,8 +43,8 @@ that ``aiohttp.web_server.Server`` builds). What it follows:
   (``body_timeout``); a connection that misses one is closed.
 * **Memory**: asyncio's TLS protocol keeps a 256 KiB receive buffer per connection (CPython
   ``Lib/asyncio/sslproto.py`` ``SSLProtocol.max_size``), ~280 KB a connection in all, which put
-  4,000 slow clients past the install base's memory limit; here it is 16 KiB (one TLS record),
-  ~40 KB a connection.
+  4,000 slow clients past the install base's memory limit; here it is 16 KiB (one TLS record):
+  ~100 KB a held connection at the benchmark's peak RSS, everything included.
 * **No storms**: an ``accept()`` that fails for lack of descriptors or memory pauses accepting
   with backoff (as Go's ``Server.Serve`` and asyncio do), and every kind of refusal or timeout is
   logged at most once per window (:class:`RateLimitedLog`).
@@ -88,13 +88,14 @@ _RESERVED_FDS: Final = 64
 class ConnectionLimits:
     """How much one server process gives to clients.
 
-    ``max_connections`` × ~40 KB (a held TLS connection, measured with benchmarks/slow_clients.py)
-    stays well inside the install base's 512 MiB. ``keepalive_timeout`` exceeds the 90 s idle
+    ``max_connections`` × ~100 KB (a held TLS connection at the peak RSS of
+    benchmarks/slow_clients.py) plus the ~105 MiB of an idle server stays inside the install
+    base's 512 MiB with room to spare. ``keepalive_timeout`` exceeds the 90 s idle
     timeout of Go's ``http.Transport`` that the API server's webhook client uses, so that the
     client, not the server, closes an idle connection (a server that closes first races the
     client's next request on it)."""
 
-    max_connections: int = 4096
+    max_connections: int = 3072
     max_connections_per_client: int = 1024
     handshake_timeout: float = 10.0
     header_timeout: float = 10.0
