@@ -36,7 +36,7 @@ COMPILED_TESTS ?= tests/policy tests/trainjob tests/kueue/test_model.py tests/ad
   tests/admission/test_review.py tests/admission/test_fuzz.py tests/admission/test_server.py \
   tests/test_catalogue.py tests/test_build.py tests/audit/test_records.py
 
-.PHONY: all demo test test-stages test-compiled compiled lint format docs lock system-deps venv clean help report-screenshot image test-image
+.PHONY: all demo test kubectl-client test-stages test-compiled compiled lint format docs lock system-deps venv clean help report-screenshot image test-image
 
 all: test
 
@@ -66,7 +66,7 @@ system-deps:
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt uv
-	$(BIN)/python -m uv pip install -q --python $(BIN)/python -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m uv pip install -q --python $(BIN)/python -c constraints.txt -e '.[dev,clients]'
 	@touch $@
 
 venv: $(STAMP)
@@ -98,7 +98,18 @@ stage-pytest = $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 stage-lint = $(MAKE) --no-print-directory lint
 stage-compiled = $(MAKE) --no-print-directory test-compiled
 
-test: system-deps venv
+# The client tests (tests/apiserver) run the kubectl binaries the machine has (the image ships
+# several under /usr/lib/google-cloud-sdk/bin); where there is none, Debian's kubernetes-client.
+kubectl-client:
+	@if ! ls /usr/lib/google-cloud-sdk/bin/kubectl* >/dev/null 2>&1 && ! command -v kubectl >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages: kubernetes-client"; \
+	    (apt-get install -y -q --no-install-recommends kubernetes-client >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends kubernetes-client >/dev/null)); \
+	  else echo "warning: no kubectl (install kubernetes-client); the kubectl tests are skipped"; fi; \
+	fi
+
+test: system-deps kubectl-client venv
 	@$(MAKE) --no-print-directory test-stages
 
 test-stages:

@@ -541,8 +541,13 @@ class ApiServer:
             return
         pruned = resource.crd.prune(resource.version, obj)
         if pruned and validation == "Strict":
+            # apiserver: pkg/endpoints/handlers/rest.go transformDecodeError
             text = ", ".join(f'unknown field "{p}"' for p in pruned)
-            raise StatusError(status(400, "BadRequest", f"strict decoding error: {text}"))
+            kind, version = resource.kind, resource.version
+            message = (
+                f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: {text}'
+            )
+            raise StatusError(status(400, "BadRequest", message))
         if validation == "Warn":
             outcome.warnings.extend(f'unknown field "{p}"' for p in pruned)
         resource.crd.default(resource.version, obj)
