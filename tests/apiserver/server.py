@@ -273,6 +273,28 @@ class ApiServer:
             m = re.fullmatch(r"/openapi/v3/(apis/[^/]+/[^/]+|api/v1)", path)
             if m:
                 return web.json_response(self._openapi_v3(m[1]))
+        m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/(pods|events|configmaps|secrets)(?:/([^/]+))?", path)
+        if m and request.method == "GET":
+            # core objects the SDK reads around a job (its pods, events, the Trainer version
+            # ConfigMap): none exist here, as in a cluster without the Trainer controller
+            if m[3]:
+                raise StatusError(
+                    status(404, "NotFound", f'{m[2]} "{m[3]}" not found', {"name": m[3], "kind": m[2]})
+                )
+            kind = {
+                "pods": "PodList",
+                "events": "EventList",
+                "configmaps": "ConfigMapList",
+                "secrets": "SecretList",
+            }[m[2]]
+            return web.json_response(
+                {
+                    "apiVersion": "v1",
+                    "kind": kind,
+                    "metadata": {"resourceVersion": str(self._rv)},
+                    "items": [],
+                }
+            )
         route = self._resource_route(path)
         if route is None:
             raise _not_found_path()
@@ -312,10 +334,6 @@ class ApiServer:
             # /api/v1/namespaces/{name}
             if group == "" and m[4] is None:
                 return None
-            if group == "" and namespace and plural in ("configmaps", "pods", "events", "secrets"):
-                raise StatusError(
-                    status(404, "NotFound", f'{plural} "{name}" not found', {"name": name, "kind": plural})
-                )
             return None
         return resource, namespace, name
 
@@ -473,8 +491,8 @@ class ApiServer:
         raw = await request.read()
         try:
             if "yaml" in request.content_type:
-                return yaml.safe_load(raw)
-            return json.loads(raw)
+                return _integral(yaml.safe_load(raw))
+            return _integral(json.loads(raw))
         except (ValueError, yaml.YAMLError) as exc:
             raise StatusError(
                 status(400, "BadRequest", f"the object provided is unrecognized: {exc}")
@@ -878,6 +896,19 @@ class _WarnedStatusError(StatusError):
 
 def _with_warnings(exc: StatusError, outcome: Outcome) -> StatusError:
     return _WarnedStatusError(exc.body, list(outcome.warnings))
+
+
+def _integral(value: Any) -> Any:
+    """A number with an integral value is an integer, as the API server reads it: kube-openapi's
+    type check takes an integral float64 for an integer (validate/type.go, swag.IsFloat64AJSONInteger)
+    and Go writes float64 4 back as ``4``."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
 
 
 def _not_found_path() -> StatusError:
