@@ -148,6 +148,8 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
     annotations: dict[str, str] = field(default_factory=dict)
     called: list[tuple[str, int]] = field(default_factory=list)  # (webhook, round)
+    # fields the CRD's schema dropped from the mutating webhooks' output (pruned silently)
+    pruned: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
+import re
+import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,3 +200,46 @@ def cluster_fixture(work: Path, upstream: Path) -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.close()
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: dict[str, Any]
+    warnings: list[str]
+
+
+def call(
+    cluster: Cluster,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    token: str = "jane",
+    content_type: str = "application/json",
+) -> Reply:
+    """One HTTPS request to the emulator as a client library makes it (bearer token, the
+    emulator's CA trusted); the ``Warning`` headers' texts unquoted."""
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(cluster.api.url + path, data=data, method=method)
+    req.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        req.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=120) as resp:
+            status, raw, headers = resp.status, resp.read(), resp.headers
+    except urllib.error.HTTPError as exc:
+        status, raw, headers = exc.code, exc.read(), exc.headers
+    warnings = [
+        re.sub(r"\\(.)", r"\1", h.encode("latin-1").decode("utf-8")[len('299 - "') : -1])
+        for h in headers.get_all("Warning") or []
+    ]
+    return Reply(status, json.loads(raw) if raw else {}, warnings)
+
+
+def trainjobs_path(namespace: str, name: str = "", *, dry_run: bool = False) -> str:
+    path = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs"
+    if name:
+        path += f"/{name}"
+    return path + ("?dryRun=All" if dry_run else "")

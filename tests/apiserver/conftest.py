@@ -1,4 +1,5 @@
-"""Fixtures of the client tests: one cluster (install base, webhook, API server emulator) per module."""
+"""Fixtures of the client tests: one cluster (install base, webhook, API server emulator) per test
+process, shared by the modules (each test uses names of its own; tests that change routing restore it)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tests.conftest import upstream_dir
 from .cluster import Cluster, start_cluster
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     upstream = upstream_dir()
     if upstream is None:

@@ -26,7 +26,10 @@ pytestmark = pytest.mark.skipif(
 EXAMPLES = sorted((REPO / "examples" / "trainjobs").glob("*.yaml")) + sorted(
     (REPO / "examples" / "runtimes").glob("*.yaml")
 )
-DENIED_PREFIX = 'Error from server (Forbidden): error when creating "{path}": admission webhook "{hook}" denied the request: '
+DENIED_PREFIX = (
+    'Error from server (Forbidden): error when creating "{path}": '
+    'admission webhook "{hook}" denied the request: '
+)
 
 
 @pytest.fixture(params=KUBECTLS, ids=lambda k: k.id)
@@ -89,8 +92,9 @@ def test_every_example_with_server_dry_run(kubectl, cluster: Cluster) -> None:  
             assert denial is None
         else:
             assert denial is not None and created not in bulk.stdout, path.name
-            assert re.match(r'Error from server \(Forbidden\): error when creating "[^"]+": admission webhook '
-                            r'"validate\.(team|unmanaged|cluster)\.mpigate\.io" denied the request: mpigate denied ',
+            assert re.match(r'Error from server \(Forbidden\): error when creating "[^"]+": '
+                            r'admission webhook "validate\.(team|unmanaged|cluster)\.mpigate\.io" '
+                            r"denied the request: mpigate denied ",
                             denial), denial  # fmt: skip
             assert set(re.findall(r"^  \[(MPG-[A-Z0-9-]+)\]", denial, re.M)) == expected.denies, denial
     for warned in ("warn-latest-tag", "warn-slots-mismatch"):
@@ -115,8 +119,9 @@ def test_denied_with_the_fix_exactly_as_the_user_sees_it(kubectl) -> None:  # ty
     assert result.stderr == (
         DENIED_PREFIX.format(path="examples/trainjobs/deny-over-quota.yaml", hook="validate.team.mpigate.io")
         + "mpigate denied TrainJob nlp-team/llm-pretrain-huge:\n"
-        "  [MPG-Q001] spec.trainer: asks 32 nvidia.com/gpu (4 nodes × 8 GPUs) but nlp-team can use at most 16 "
-        "(nominal 16 + borrowing 0 on a100-eu). Set spec.trainer.numNodes to 2 or fewer, or ask #nlp-admins to "
+        "  [MPG-Q001] spec.trainer: asks 32 nvidia.com/gpu (4 nodes × 8 GPUs) but nlp-team can use at "
+        "most 16 (nominal 16 + borrowing 0 on a100-eu). Set spec.trainer.numNodes to 2 or fewer, or ask "
+        "#nlp-admins to "
         "raise quotas/nlp-team.yaml.\n"
     )
 
@@ -205,6 +210,7 @@ def test_mutated_job_update_patch_and_delete(kubectl, cluster: Cluster) -> None:
     refused = kubectl("create", "-f", "-", stdin=yaml.safe_dump(typo))
     assert refused.returncode == 1
     assert refused.stderr == (
-        'Error from server (BadRequest): error when creating "STDIN": TrainJob in version "v1alpha1" cannot be '
+        'Error from server (BadRequest): error when creating "STDIN": '
+        'TrainJob in version "v1alpha1" cannot be '
         'handled as a TrainJob: strict decoding error: unknown field "spec.trainer.numNode"\n'
     )

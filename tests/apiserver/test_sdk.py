@@ -7,7 +7,6 @@ gets."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,11 +24,11 @@ IMAGE = "registry.acme.internal/nlp/llm-train:1.4.2"
 
 
 @pytest.fixture(scope="module")
-def sdk(cluster: Cluster) -> Iterator[Any]:
+def sdk(cluster: Cluster) -> Any:
     config = trainer.KubernetesBackendConfig(
         namespace="nlp-team", config_file=str(cluster.kubeconfig), context="jane"
     )
-    yield trainer.TrainerClient(backend_config=config)
+    return trainer.TrainerClient(backend_config=config)
 
 
 def stored(cluster: Cluster, name: str) -> dict[str, Any]:
