@@ -37,7 +37,7 @@ from aiohttp import web
 from .admission import Attributes, Outcome, StatusError, UserInfo, WebhookAdmission, status
 from .crd import CRD, FieldError
 
-__all__ = ["ApiServer", "warning_header"]
+__all__ = ["ApiServer", "warning_header", "warning_headers"]
 
 SERVER_VERSION = {
     "major": "1",
@@ -57,6 +57,33 @@ def warning_header(text: str) -> str:
     """apimachinery: pkg/util/net/http.go NewWarningHeader(299, "-", text) — the text quoted, with
     ``"`` and ``\\`` escaped."""
     return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def warning_headers(texts: Iterable[str]) -> list[str]:
+    """The ``Warning`` headers of a response, as apiserver pkg/endpoints/filters/warning.go
+    (*recorder).AddWarning writes them: empty texts dropped, duplicates once; the first warning
+    past 4096 runes in all turns truncation on (every warning so far written again cut to 256
+    runes), after which a warning is cut to 256 runes and dropped once 4096 runes are written."""
+    total, item = 4 * 1024, 256
+    recorded: list[str] = []
+    headers: list[str] = []
+    written, truncating = 0, False
+    for text in texts:
+        if not text or (written >= total and truncating) or text in recorded:
+            continue
+        recorded.append(text)
+        if truncating:
+            text = text[:item]
+        if written + len(text) <= total or truncating:
+            written += len(text)
+            headers.append(warning_header(text))
+            continue
+        truncating, written, headers = True, 0, []
+        for earlier in recorded:
+            cut = earlier[:item]
+            written += len(cut)
+            headers.append(warning_header(cut))
+    return headers
 
 
 def _now() -> str:
@@ -220,8 +247,8 @@ class ApiServer:
             response = web.json_response(exc.body, status=exc.code)
             # warnings recorded before the failure still reach the client (the warning recorder
             # writes headers whatever the status: apiserver pkg/endpoints/filters/warning.go)
-            for text in getattr(exc, "warnings", []):
-                response.headers.add("Warning", warning_header(text))
+            for header in warning_headers(getattr(exc, "warnings", [])):
+                response.headers.add("Warning", header)
             return response
 
     def _authenticate(self, request: web.Request) -> UserInfo:
@@ -619,8 +646,8 @@ class ApiServer:
 
     def _respond(self, obj: Mapping[str, Any] | None, code: int, outcome: Outcome) -> web.StreamResponse:
         response = web.json_response(obj, status=code)
-        for text in outcome.warnings:
-            response.headers.add("Warning", warning_header(text))
+        for header in warning_headers(outcome.warnings):
+            response.headers.add("Warning", header)
         return response
 
     async def _admit_and_store(
