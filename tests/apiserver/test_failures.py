@@ -6,20 +6,26 @@ caught."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import http.server
+import json
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.admission.conftest import write_cert
 from tests.admission.test_examples import expectation
 from tests.conftest import REPO
 
@@ -261,3 +267,109 @@ def test_a_routing_change_lets_the_over_quota_job_through(cluster: Cluster, edit
         reply = call(cluster, "POST", trainjobs_path("nlp-team", dry_run=True), OVER_QUOTA)
     assert reply.status == 201, reply.body
     assert not any(name.endswith(".mpigate.io") for name, _ in cluster.api.outcomes[-1].called)
+
+
+@contextmanager
+def labelling_webhook(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """Another organisation's mutating webhook (a test double): adds the label
+    ``acme.example/tools: "on"`` when it is missing. Yields its URL and caBundle."""
+    ca = trustme.CA()
+    cert, key = write_cert(ca, tmp_path / "labeler", "127.0.0.1")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(cert), str(key))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            request = review["request"]
+            labels = (request["object"].get("metadata") or {}).get("labels") or {}
+            response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+            if "acme.example/tools" not in labels:
+                ops = [{"op": "add", "path": "/metadata/labels/acme.example~1tools", "value": "on"}]
+                response["patchType"] = "JSONPatch"
+                response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+            body = json.dumps(
+                {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+            )
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        bundle = base64.b64encode(ca.cert_pem.bytes()).decode()
+        yield f"https://127.0.0.1:{server.server_address[1]}/mutate", bundle
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _with_labeler(name: str, url: str, bundle: str) -> Callable[[list[dict[str, Any]]], None]:
+    def edit(configs: list[dict[str, Any]]) -> None:
+        configs.append({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": "label.acme.example",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "reinvocationPolicy": "Never",
+                "clientConfig": {"url": url, "caBundle": bundle},
+                "rules": [{"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["*"],
+                           "operations": ["CREATE"], "resources": ["trainjobs"]}],
+            }],
+        })  # fmt: skip
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("configuration", "calls"),
+    [
+        # after mpigate's configuration (sorted by name): its change reinvokes mpigate
+        # (reinvocationPolicy: IfNeeded), which must leave the object as it is
+        pytest.param(
+            "zz-labeler",
+            [
+                ("mutate.trainjobs.mpigate.io", 0),
+                ("label.acme.example", 0),
+                ("mutate.trainjobs.mpigate.io", 1),
+            ],
+            id="after-mpigate",
+        ),
+        # before it: mpigate sees the label already, nothing changes after it, no second round
+        pytest.param(
+            "aa-labeler", [("label.acme.example", 0), ("mutate.trainjobs.mpigate.io", 0)], id="before-mpigate"
+        ),
+    ],
+)
+def test_another_mutating_webhook_and_reinvocation(
+    cluster: Cluster, tmp_path: Path, configuration: str, calls: list[tuple[str, int]]
+) -> None:
+    name = f"reinvoked-{configuration}"
+    with (
+        labelling_webhook(tmp_path) as (url, bundle),
+        admission(cluster, _with_labeler(configuration, url, bundle)),
+    ):
+        reply = call(cluster, "POST", trainjobs_path("nlp-team"), named(MINIMAL, name))
+    assert reply.status == 201, reply.body
+    outcome = cluster.api.outcomes[-1]
+    assert [c for c in outcome.called if c[0].startswith(("mutate.", "label."))] == calls
+    stored = reply.body
+    assert stored["metadata"]["labels"]["acme.example/tools"] == "on"
+    assert stored["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "nlp-team"
+    managers = [p["manager"] for p in stored["spec"]["runtimePatches"]]
+    assert managers.count("mpigate.io/admission") == 1
+    assert outcome.pruned == []
+    assert call(cluster, "DELETE", trainjobs_path("nlp-team", name)).status == 200
