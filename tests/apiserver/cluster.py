@@ -12,7 +12,7 @@ import re
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,15 +217,19 @@ def call(
     *,
     token: str = "jane",
     content_type: str = "application/json",
+    headers: Mapping[str, str] | None = None,
 ) -> Reply:
     """One HTTPS request to the emulator as a client library makes it (bearer token, the
-    emulator's CA trusted); the ``Warning`` headers' texts unquoted."""
+    emulator's CA trusted, ``headers`` such as Impersonate-User); the ``Warning`` headers' texts
+    unquoted."""
     ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(cluster.api.url + path, data=data, method=method)
     req.add_header("Authorization", f"Bearer {token}")
     if data is not None:
         req.add_header("Content-Type", content_type)
+    for key, value in (headers or {}).items():
+        req.add_header(key, value)
     try:
         with urllib.request.urlopen(req, context=ctx, timeout=120) as resp:
             status, raw, headers = resp.status, resp.read(), resp.headers

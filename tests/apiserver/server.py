@@ -260,8 +260,13 @@ class ApiServer:
         # impersonation (kubectl --as / --as-group): apiserver pkg/endpoints/filters/impersonation.go
         as_user = request.headers.get("Impersonate-User")
         if as_user:
-            groups = tuple(request.headers.getall("Impersonate-Group", [])) or ("system:authenticated",)
-            user = UserInfo(as_user, groups)
+            groups = list(request.headers.getall("Impersonate-Group", []))
+            if not groups and as_user.startswith("system:serviceaccount:"):
+                # serviceaccount.MakeGroupNames for a service account without groups given
+                groups = ["system:serviceaccounts", "system:serviceaccounts:" + as_user.split(":")[2]]
+            if "system:authenticated" not in groups:
+                groups.append("system:authenticated")
+            user = UserInfo(as_user, tuple(groups))
         return user
 
     async def _route(self, request: web.Request, user: UserInfo) -> web.StreamResponse:

@@ -103,6 +103,17 @@ def test_webhook_down_fails_closed_for_submissions_and_open_for_releases(cluster
             reply.status == 500
             and 'failed calling webhook "validate.team.mpigate.io"' in reply.body["message"]
         )
+        # suspending while editing runtimePatches is not only a release: judged, refused
+        sneaky = copy.deepcopy(job)
+        sneaky["spec"]["suspend"] = True
+        sneaky["spec"]["runtimePatches"] = [
+            p for p in job["spec"]["runtimePatches"] if p["manager"] != "mpigate.io/admission"
+        ]
+        reply = call(cluster, "PUT", trainjobs_path("nlp-team", "down-release"), sneaky)
+        assert (
+            reply.status == 500
+            and 'failed calling webhook "validate.team.mpigate.io"' in reply.body["message"]
+        )
         # suspending and deleting release resources: validate.release (failurePolicy Ignore) fails open
         suspended = copy.deepcopy(job)
         suspended["spec"]["suspend"] = True

@@ -214,3 +214,37 @@ def test_mutated_job_update_patch_and_delete(kubectl, cluster: Cluster) -> None:
         'TrainJob in version "v1alpha1" cannot be '
         'handled as a TrainJob: strict decoding error: unknown field "spec.trainer.numNode"\n'
     )
+
+
+def test_server_side_apply(kubectl, cluster: Cluster) -> None:  # type: ignore[no-untyped-def]
+    """`kubectl apply --server-side`: an apply patch of a missing object is a CREATE through the
+    same webhooks (mutated on the way in); an over-quota one is denied with the fix."""
+    suffix = "ssa" + "".join(map(str, kubectl.version))
+    name = f"minimal-{suffix}"
+    result = kubectl(
+        "apply",
+        "--server-side",
+        "-f",
+        "-",
+        stdin=renamed(REPO / "examples" / "trainjobs" / "minimal.yaml", suffix),
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0,
+        f"trainjob.trainer.kubeflow.org/{name} serverside-applied\n",
+        "",
+    )
+    stored = cluster.api.get("trainer.kubeflow.org", "trainjobs", "nlp-team", name)
+    assert stored is not None and stored["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "nlp-team"
+    denied = kubectl(
+        "apply",
+        "--server-side",
+        "-f",
+        "-",
+        stdin=renamed(REPO / "examples" / "trainjobs" / "deny-over-quota.yaml", suffix),
+    )
+    assert denied.returncode == 1
+    assert denied.stderr.startswith(
+        'Error from server (Forbidden): admission webhook "validate.team.mpigate.io" denied the request: '
+        f"mpigate denied TrainJob nlp-team/llm-pretrain-huge-{suffix}:\n  [MPG-Q001] "
+    ), denied.stderr
+    assert "Set spec.trainer.numNodes to 2 or fewer" in denied.stderr

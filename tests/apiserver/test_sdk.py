@@ -77,34 +77,7 @@ def test_custom_trainer_function_with_a_runtime_patch_is_admitted(sdk: Any, clus
     def train_fn() -> None:
         print("hello from rank 0")
 
-    patch = options.RuntimePatch(
-        training_runtime_spec=options.TrainingRuntimeSpecPatch(
-            template=options.JobSetTemplatePatch(
-                spec=options.JobSetSpecPatch(
-                    replicated_jobs=[
-                        options.ReplicatedJobPatch(
-                            name="node",
-                            template=options.JobTemplatePatch(
-                                spec=options.JobSpecPatch(
-                                    template=options.PodTemplatePatch(
-                                        spec=options.PodSpecPatch(
-                                            tolerations=[
-                                                {
-                                                    "key": "nvidia.com/gpu",
-                                                    "operator": "Exists",
-                                                    "effect": "NoSchedule",
-                                                }
-                                            ]
-                                        )
-                                    )
-                                )
-                            ),
-                        )
-                    ]
-                )
-            )
-        )
-    )
+    patch = _pod_patch(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
     name = sdk.train(
         runtime=RUNTIME,
         trainer=trainer.CustomTrainer(
@@ -115,6 +88,8 @@ def test_custom_trainer_function_with_a_runtime_patch_is_admitted(sdk: Any, clus
     obj = stored(cluster, name)
     managers = [p["manager"] for p in obj["spec"]["runtimePatches"]]
     assert managers[0] == "trainer.kubeflow.org/kubeflow-sdk" and "mpigate.io/admission" in managers
+    node = obj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    assert node["template"]["spec"]["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert sdk.get_job(name).name == name
 
 
