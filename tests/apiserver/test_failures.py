@@ -76,9 +76,14 @@ def closed_port() -> int:
 
 
 def stored_job(cluster: Cluster, name: str) -> dict[str, Any]:
+    """A job mpigate admitted (stored suspended) and Kueue then admitted: Kueue's controller lifts
+    the suspension (written to storage here, as its own write would be)."""
     reply = call(cluster, "POST", trainjobs_path("nlp-team"), named(MINIMAL, name))
     assert reply.status == 201, reply.body
-    return reply.body
+    assert reply.body["spec"]["suspend"] is True
+    running = copy.deepcopy(reply.body)
+    running["spec"]["suspend"] = False
+    return cluster.api.put(running)
 
 
 def test_webhook_down_fails_closed_for_submissions_and_open_for_releases(cluster: Cluster) -> None:

@@ -119,10 +119,9 @@ def test_denied_with_the_fix_exactly_as_the_user_sees_it(kubectl) -> None:  # ty
     assert result.stderr == (
         DENIED_PREFIX.format(path="examples/trainjobs/deny-over-quota.yaml", hook="validate.team.mpigate.io")
         + "mpigate denied TrainJob nlp-team/llm-pretrain-huge:\n"
-        "  [MPG-Q001] spec.trainer: asks 32 nvidia.com/gpu (4 nodes × 8 GPUs) but nlp-team can use at "
-        "most 16 (nominal 16 + borrowing 0 on a100-eu). Set spec.trainer.numNodes to 2 or fewer, or ask "
-        "#nlp-admins to "
-        "raise quotas/nlp-team.yaml.\n"
+        "  [MPG-Q001] spec.trainer: asks 32 nvidia.com/gpu (4 nodes × 8 GPUs) but Kueue can admit at "
+        "most 16 for nlp-team (a100-eu: nominal 16, no borrowing); it would never admit the job. Set "
+        "spec.trainer.numNodes to 2 or fewer, or ask #nlp-admins to raise quotas/nlp-team.yaml.\n"
     )
 
 
