@@ -18,7 +18,7 @@ import yaml
 
 from mpigate.admission.client import make_review
 from mpigate.admission.kube import KubeClient, KubeConfig, KubeConfigError, in_cluster_config, load_kubeconfig
-from mpigate.admission.live import MPIJOBS, JobCache, KubeLiveSource, is_active, reservations
+from mpigate.admission.live import MPIJOBS, JobCache, KubeLiveSource, QueueUsage, is_active, reservations
 from mpigate.admission.service import ServiceSettings
 from mpigate.config import load
 from mpigate.policy.decision import AdmissionInput
@@ -271,6 +271,26 @@ def test_reservations_per_flavor_and_resource_in_kueue_units() -> None:
         "status": {"flavorsReservation": [{"name": "f", "resources": [{"name": "cpu", "total": "x"}]}, 7]}
     }
     assert reservations(broken) == {}
+
+
+def test_the_teams_gpus_in_use_are_its_own_queues_gpu_figures_per_known_flavor() -> None:
+    """One figure for the webhook's and the background audit's quota context."""
+    config = load(BASE_ORG)
+    [(flavor, known)] = [(f, v) for f, v in config.flavors.items() if f == "gpu-eu"]
+    usage = QueueUsage(
+        "alpha-cq",
+        {
+            "alpha": {
+                flavor: {"cpu": 10_000, known.gpu_resource: 6},
+                "gone": {known.gpu_resource: 2},
+                "cpu-only": {"cpu": 4},
+            },
+            "lender": {flavor: {known.gpu_resource: 3}},
+        },
+    )
+    assert usage.gpus_in_use(config, "alpha") == {"gpu-eu": 6}  # unknown flavors, other resources: out
+    assert usage.gpus_in_use(config, "lender") == {"gpu-eu": 3}
+    assert usage.gpus_in_use(config, "nobody") == {}
 
 
 def request_for(obj: dict[str, Any]) -> AdmissionInput:

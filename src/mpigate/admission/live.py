@@ -293,6 +293,17 @@ class QueueUsage:
     cluster_queue: str
     reserved: Mapping[str, Mapping[str, Mapping[str, int]]]
 
+    def gpus_in_use(self, config: Config, team: str) -> dict[str, int]:
+        """GPUs reserved in ``team``'s own ClusterQueue per flavor (``LiveContext.gpus_in_use``):
+        each flavor of the config with its GPU resource in Kueue's figures; other flavors and
+        resources are left out."""
+        own = self.reserved.get(team, {})
+        return {
+            f: used[config.flavors[f].gpu_resource]
+            for f, used in own.items()
+            if f in config.flavors and config.flavors[f].gpu_resource in used
+        }
+
 
 def reservations(cq: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     """A ClusterQueue's ``status.flavorsReservation`` (v1beta2; ``flavorsUsage`` before) per flavor
@@ -488,17 +499,9 @@ class KubeLiveSource:
             else:
                 runtime_reason = f"{runtime_key[0]} {runtime_key[2]} {runtime_read}"
                 reasons.append(runtime_reason)
-        in_use: dict[str, int] | None = None
-        if usage is not None:
-            own = usage.reserved.get(team.name, {})
-            in_use = {
-                f: used[config.flavors[f].gpu_resource]
-                for f, used in own.items()
-                if f in config.flavors and config.flavors[f].gpu_resource in used
-            }
         return LiveContext(
             active_jobs=active,
-            gpus_in_use=in_use,
+            gpus_in_use=usage.gpus_in_use(config, team.name) if usage else None,
             queue_usage=usage.reserved if usage else None,
             source=f"cluster (ClusterQueue {usage.cluster_queue})" if usage else "cluster",
             unavailable_reason="; ".join(reasons) or None,

@@ -390,14 +390,8 @@ class BackgroundAuditor:
             found = usage[key] = await self._read_usage(config, team, namespace, queue)
         if isinstance(found, str):
             return LiveContext(unavailable_reason=found)
-        own = found.reserved.get(team.name, {})
-        in_use = {
-            f: used[config.flavors[f].gpu_resource]
-            for f, used in own.items()
-            if f in config.flavors and config.flavors[f].gpu_resource in used
-        }
         return LiveContext(
-            gpus_in_use=in_use,
+            gpus_in_use=found.gpus_in_use(config, team.name),
             queue_usage=found.reserved,
             source=f"cluster (ClusterQueue {found.cluster_queue})",
         )
