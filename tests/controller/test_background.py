@@ -193,6 +193,8 @@ async def test_a_restarted_controller_neither_repeats_nor_loses_standing_violati
     org.edit(*CUT)
     await auditor(org, client, recorder).run_pass("start")
     assert len(standing_records(recorder, "opened")) == 1
+    state = alive(kmock, "v1/configmaps", *STATE)
+    assert state["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "mpigate"
     restarted = auditor(org, client, recorder)
     await restarted.run_pass("start")
     assert len(standing_records(recorder, "opened")) == 1  # known from the state ConfigMap

@@ -705,25 +705,10 @@ class Accountant:
             self.metrics.ledger_writes.labels("truncated").inc()
             log.warning("ledger %s/%s too large: the pods of %d jobs were left out", namespace, name, dropped)
         try:
-            await self.api.merge_patch(configmap_path(namespace, name), {"binaryData": data})
-        except KubeError as exc:
-            if exc.status != 404:
-                self.metrics.ledger_writes.labels("error").inc()
-                raise
-            body = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {
-                    "name": name,
-                    "namespace": namespace,
-                    "labels": {
-                        "app.kubernetes.io/managed-by": "mpigate",
-                        "app.kubernetes.io/part-of": "mpigate",
-                    },
-                },
-                "binaryData": data,
-            }
-            await self.api.create(configmap_path(namespace), body)
+            await self.api.write_configmap_data(namespace, name, data)
+        except KubeError:
+            self.metrics.ledger_writes.labels("error").inc()
+            raise
         self.metrics.ledger_writes.labels("written").inc()
         self.ledger_dirty = False
         return True

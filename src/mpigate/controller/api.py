@@ -14,6 +14,7 @@ from typing import Any, Final, Generic, TypeVar
 from mpigate.admission.kube import KubeClient, KubeError
 
 __all__ = [
+    "MANAGED_LABELS",
     "MERGE_PATCH",
     "ControllerApi",
     "TtlCache",
@@ -29,6 +30,8 @@ __all__ = [
 ]
 
 MERGE_PATCH: Final = "application/merge-patch+json"
+#: The labels of the objects mpigate's controller writes for itself (state ConfigMaps, reports).
+MANAGED_LABELS: Final = {"app.kubernetes.io/managed-by": "mpigate", "app.kubernetes.io/part-of": "mpigate"}
 #: Objects per page of a paginated list: the controller's memory stays flat in the number of jobs.
 PAGE_SIZE: Final = 500
 TRAINER_API: Final = "/apis/trainer.kubeflow.org/v1alpha1"
@@ -163,6 +166,25 @@ class ControllerApi:
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         return await self.client.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    async def write_configmap_data(self, namespace: str, name: str, binary_data: Mapping[str, str]) -> None:
+        """Set the ``binaryData`` of the controller's own ConfigMap ``namespace/name`` (its ledger,
+        the background audit's state): merge-patched, or created with :data:`MANAGED_LABELS` when
+        it does not exist yet. Raises :class:`KubeError`."""
+        try:
+            await self.merge_patch(configmap_path(namespace, name), {"binaryData": dict(binary_data)})
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            await self.create(
+                configmap_path(namespace),
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_LABELS)},
+                    "binaryData": dict(binary_data),
+                },
+            )
 
     async def _labels(self, path: str) -> dict[str, str] | None:
         obj = await self.get(path)

@@ -214,21 +214,7 @@ class BackgroundAuditor:
             for ref, rules in sorted(self.standing.items())
         ]
         data = {_STATE_KEY: base64.b64encode(gzip.compress(json.dumps(items).encode(), mtime=0)).decode()}
-        namespace, name = self.state
-        try:
-            await self.api.merge_patch(configmap_path(namespace, name), {"binaryData": data})
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-            await self.api.create(
-                configmap_path(namespace),
-                {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_LABELS)},
-                    "binaryData": data,
-                },
-            )
+        await self.api.write_configmap_data(*self.state, data)
         self._state_dirty = False
 
     # ------------------------------------------------------------------ a pass

@@ -30,8 +30,11 @@ from typing import Any, Final
 
 from mpigate.catalogue import all_rules
 
+from .api import MANAGED_LABELS
+
 __all__ = [
     "CLUSTER_KIND",
+    "MANAGED_LABELS",
     "NAMESPACED_KIND",
     "REPORT_APIS",
     "REPORT_NAME",
@@ -50,7 +53,6 @@ CLUSTER_KIND: Final = {
     WGPOLICY: ("ClusterPolicyReport", "clusterpolicyreports"),
     OPENREPORTS: ("ClusterReport", "clusterreports"),
 }
-MANAGED_LABELS: Final = {"app.kubernetes.io/managed-by": "mpigate", "app.kubernetes.io/part-of": "mpigate"}
 OMITTED_ANNOTATION: Final = "mpigate.io/results-omitted"
 OMITTED_BY_RULE_ANNOTATION: Final = "mpigate.io/results-omitted-by-rule"
 REVISION_ANNOTATION: Final = "mpigate.io/config-revision"
