@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,29 @@ def example_org() -> Config:
 
 def fixture_org() -> Config:
     return load(FIXTURES / "config" / "base", revision="test", today=TODAY)
+
+
+def org_tree(root: Path, files: Mapping[str, str] | None = None) -> Path:
+    """A copy of the example org's config folders (without their policy tests) at ``root``, plus
+    ``files`` (path under ``root`` → text), for a test that adds rules or policies to the org."""
+    for part in ("policies", "quotas", "rbac", "networkpolicies"):
+        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("tests"))
+    for relative, text in (files or {}).items():
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return root
+
+
+def smoke_job(*patches: Mapping[str, Any], **labels: str) -> dict[str, Any]:
+    """The example CPU smoke TrainJob (allowed as it is) with extra ``labels`` and ``patches`` as
+    its ``runtimePatches``."""
+    job = read("trainjobs/cpu-smoke.yaml")
+    if labels:
+        job["metadata"].setdefault("labels", {}).update(labels)
+    if patches:
+        job["spec"]["runtimePatches"] = [dict(p) for p in patches]
+    return job
 
 
 def read(path: Path | str) -> dict[str, Any]:

@@ -4,8 +4,6 @@ parameters, and `mpigate check` on them (issue 22 item 3)."""
 
 from __future__ import annotations
 
-import copy
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +12,8 @@ import yaml
 
 from mpigate.config import check_tree, load
 from mpigate.config.admission import admission_rule_id, selector_matches
-from tests.conftest import REPO, TODAY
-from tests.policy.helpers import decide, read
+from tests.conftest import TODAY
+from tests.policy.helpers import decide, org_tree, runtime_patch, smoke_job
 
 # The shape Gatekeeper's library gives k8spsphostnetworkingports as a ValidatingAdmissionPolicy:
 # params from a ConfigMap, pods selected by resource rules.
@@ -85,51 +83,19 @@ spec:
   validationActions: [ACTIONS]
 """
 
-HOST_PORT_PATCH = {
-    "manager": "acme.example/ports",
-    "trainingRuntimeSpec": {
-        "template": {
-            "spec": {
-                "replicatedJobs": [
-                    {
-                        "name": "node",
-                        "template": {
-                            "spec": {
-                                "template": {
-                                    "spec": {
-                                        "containers": [
-                                            {
-                                                "name": "node",
-                                                "ports": [{"containerPort": 8080, "hostPort": 8080}],
-                                            }
-                                        ]
-                                    }
-                                }
-                            }
-                        },
-                    }
-                ]
-            }
-        }
-    },
-}
+
+def _host_port_patch(metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A runtime patch giving the node container a hostPort (and the pods ``metadata``)."""
+    container = {"name": "node", "ports": [{"containerPort": 8080, "hostPort": 8080}]}
+    return runtime_patch("acme.example/ports", "node", {"containers": [container]}, metadata)
 
 
 def _tree(tmp_path: Path, text: str, folder: str = "policies/admission") -> Path:
-    root = tmp_path / "org"
-    for part in ("policies", "quotas", "rbac", "networkpolicies"):
-        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("tests"))
-    (root / folder).mkdir(parents=True, exist_ok=True)
-    (root / folder / "vap.yaml").write_text(text, encoding="utf-8")
-    return root
+    return org_tree(tmp_path / "org", {f"{folder}/vap.yaml": text})
 
 
 def _job(patch: bool = False, **labels: str) -> dict[str, Any]:
-    job = copy.deepcopy(read("trainjobs/cpu-smoke.yaml"))
-    job["metadata"].setdefault("labels", {}).update(labels)
-    if patch:
-        job["spec"]["runtimePatches"] = [copy.deepcopy(HOST_PORT_PATCH)]
-    return job
+    return smoke_job(*([_host_port_patch()] if patch else []), **labels)
 
 
 RULE = admission_rule_id("host-ports", "host-ports-all")
@@ -162,12 +128,9 @@ def test_the_param_object_decides(tmp_path: Path) -> None:
 
 def test_match_conditions_exempt(tmp_path: Path) -> None:
     config = load(_tree(tmp_path, HOST_PORTS), today=TODAY)
-    job = _job(patch=True)
-    pod_meta = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][
-        0
-    ]
-    pod_meta["template"]["spec"]["template"]["metadata"] = {"labels": {"acme.example/exempt": "yes"}}
-    assert not _found(decide(config, job))
+    assert _found(decide(config, _job(patch=True)))
+    exempt = smoke_job(_host_port_patch({"labels": {"acme.example/exempt": "yes"}}))
+    assert not _found(decide(config, exempt))
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@ targets, the path of a pod's violation, modes, failure policy, the cost budget."
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +10,8 @@ import pytest
 import yaml
 
 from mpigate.config import check_tree, load
-from tests.conftest import REPO, TODAY
-from tests.policy.helpers import decide, read
+from tests.conftest import TODAY
+from tests.policy.helpers import decide, org_tree, runtime_patch, smoke_job
 
 OWNER = """\
 apiVersion: mpigate.io/v1alpha1
@@ -48,29 +47,18 @@ spec:
 
 
 def _tree(tmp_path: Path, *docs: str) -> Path:
-    root = tmp_path / "org"
-    for folder in ("policies", "quotas", "rbac", "networkpolicies"):
-        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("tests"))
-    (root / "policies" / "rules").mkdir()
-    (root / "policies" / "rules" / "custom.yaml").write_text("---\n".join(docs), encoding="utf-8")
-    return root
-
-
-def _job(**labels: str) -> dict[str, Any]:
-    job = read("trainjobs/cpu-smoke.yaml")
-    job["metadata"].setdefault("labels", {}).update(labels)
-    return job
+    return org_tree(tmp_path / "org", {"policies/rules/custom.yaml": "---\n".join(docs)})
 
 
 def test_a_job_rule_denies_and_carries_its_controls(tmp_path: Path) -> None:
     config = load(_tree(tmp_path, OWNER), today=TODAY)
-    decision = decide(config, _job())
+    decision = decide(config, smoke_job())
     assert not decision.allowed
     (violation,) = [v for v in decision.violations if v.rule == "ACME-OWNER-LABEL"]
     assert violation.mode == "enforce"
     assert violation.controls == ("CC6.1",)
     assert "acme.example/owner" in violation.message
-    assert decide(config, _job(**{"acme.example/owner": "maria"})).allowed
+    assert decide(config, smoke_job(**{"acme.example/owner": "maria"})).allowed
 
 
 def test_an_override_sets_a_custom_rules_mode(tmp_path: Path) -> None:
@@ -79,41 +67,15 @@ def test_an_override_sets_a_custom_rules_mode(tmp_path: Path) -> None:
     data = yaml.safe_load(org.read_text())
     data["spec"].setdefault("enforcement", {}).setdefault("overrides", {})["ACME-OWNER"] = "warn"
     org.write_text(yaml.safe_dump(data))
-    decision = decide(load(root, today=TODAY), _job())
+    decision = decide(load(root, today=TODAY), smoke_job())
     assert decision.allowed
     assert any(w.startswith("[ACME-OWNER-LABEL]") for w in decision.warnings)
 
 
 def test_a_pod_violation_names_the_patch_that_set_the_field(tmp_path: Path) -> None:
     config = load(_tree(tmp_path, RUN_AS_USER), today=TODAY)
-    job = _job()
-    job["spec"]["runtimePatches"] = [
-        {
-            "manager": "acme.example/tuning",
-            "trainingRuntimeSpec": {
-                "template": {
-                    "spec": {
-                        "replicatedJobs": [
-                            {
-                                "name": "node",
-                                "template": {
-                                    "spec": {
-                                        "template": {
-                                            "spec": {
-                                                "containers": [
-                                                    {"name": "node", "securityContext": {"runAsUser": 0}}
-                                                ]
-                                            }
-                                        }
-                                    }
-                                },
-                            }
-                        ]
-                    }
-                }
-            },
-        }
-    ]
+    root_user = {"name": "node", "securityContext": {"runAsUser": 0}}
+    job = smoke_job(runtime_patch("acme.example/tuning", "node", {"containers": [root_user]}))
     decision = decide(config, job)
     found = [v for v in decision.violations if v.rule == "ACME-RUNASUSER"]
     assert found, decision.violations
@@ -145,7 +107,7 @@ def test_runtime_error_follows_the_failure_policy(tmp_path: Path, policy: str, a
         "has(object.metadata.labels) && 'acme.example/owner' in object.metadata.labels",
         "object.metadata.annotations['nope'] == 'x'",
     ).replace("  validations:", f"  failurePolicy: {policy}\n  validations:")
-    decision = decide(load(_tree(tmp_path, rule), today=TODAY), _job())
+    decision = decide(load(_tree(tmp_path, rule), today=TODAY), smoke_job())
     assert decision.allowed is allowed
     if policy == "Fail":
         (violation,) = [v for v in decision.violations if v.rule == "ACME-OWNER-LABEL"]
@@ -161,7 +123,7 @@ def test_a_runaway_expression_is_stopped_by_the_cost_bound(tmp_path: Path) -> No
         "object.spec.trainer.env.all(a, object.spec.trainer.env.all(b, "
         "object.spec.trainer.env.all(c, object.spec.trainer.env.all(d, a != d))))",
     )
-    job = _job()
+    job = smoke_job()
     job["spec"]["trainer"]["env"] = [{"name": f"V{i}", "value": "x"} for i in range(200)]
     decision = decide(load(_tree(tmp_path, rule), today=TODAY), job)
     (violation,) = [v for v in decision.violations if v.rule == "ACME-OWNER-LABEL"]
@@ -170,7 +132,7 @@ def test_a_runaway_expression_is_stopped_by_the_cost_bound(tmp_path: Path) -> No
 
 
 def _owner_violation(config: Any) -> Any:
-    (violation,) = [v for v in decide(config, _job()).violations if v.rule == "ACME-OWNER-LABEL"]
+    (violation,) = [v for v in decide(config, smoke_job()).violations if v.rule == "ACME-OWNER-LABEL"]
     return violation
 
 
@@ -184,7 +146,7 @@ def test_a_custom_violation_carries_the_digest_of_its_compiled_expressions(tmp_p
     assert _owner_violation(load(_tree(tmp_path / "b", OWNER), today=TODAY)).digest == violation.digest
     changed = OWNER.replace("has(object.metadata.labels) &&", "has(object.metadata.labels) && true &&")
     assert _owner_violation(load(_tree(tmp_path / "c", changed), today=TODAY)).digest != violation.digest
-    job = _job()
+    job = smoke_job()
     job["spec"]["trainer"]["numNodes"] = 100
     catalogue = [v for v in decide(config, job).violations if v.rule.startswith("MPG-")]
     assert catalogue and all(not v.digest and "digest" not in v.to_dict() for v in catalogue)
@@ -201,7 +163,7 @@ def test_audit_records_verify_and_reports_show_the_digest(tmp_path: Path) -> Non
     from tests.audit.conftest import write_chain
 
     config = load(_tree(tmp_path, OWNER), today=TODAY)
-    job = _job()
+    job = smoke_job()
     decision = decide(config, job)
     digest = _owner_violation(config).digest
     request = AdmissionInput("CREATE", "TrainJob", "research", "cpu-smoke", job, user=UserInfo("maria"))

@@ -13,8 +13,8 @@ import yaml
 from mpigate.catalogue import library_rules
 from mpigate.config import Config, check_tree, load
 from mpigate.policytest import run_suites
-from tests.conftest import REPO, TODAY
-from tests.policy.helpers import decide, read
+from tests.conftest import TODAY
+from tests.policy.helpers import decide, org_tree, runtime_patch, smoke_job
 
 SUITES = Path(__file__).parent / "library"
 NAMES = sorted(library_rules())
@@ -22,9 +22,7 @@ NAMES = sorted(library_rules())
 
 def org_with_library(root: Path, entries: list[object]) -> Path:
     """A copy of the example org (without its tests) at ``root`` whose OrgPolicy enables ``entries``."""
-    for part in ("policies", "quotas", "rbac", "networkpolicies"):
-        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("tests"))
-    org_file = root / "policies" / "org.yaml"
+    org_file = org_tree(root) / "policies" / "org.yaml"
     org = yaml.safe_load(org_file.read_text(encoding="utf-8"))
     org["spec"].setdefault("rules", {})["library"] = entries
     org_file.write_text(yaml.safe_dump(org, sort_keys=False), encoding="utf-8")
@@ -107,18 +105,7 @@ def test_an_enabled_rule_is_a_rule_like_the_catalogues(tmp_path: Path) -> None:
     config = load(root, today=TODAY)
     (rule,) = [r for r in config.custom_rules if r.id == "MPG-LIB-HOSTPORTS"]
     assert rule.controls == ("CC6.6", "CC6.8", "1.3.1", "CC7.2")
-    job = read("trainjobs/cpu-smoke.yaml")
-    pod = {"spec": {"hostNetwork": True}}
-    job["spec"]["runtimePatches"] = [
-        {
-            "manager": "acme.example/t",
-            "trainingRuntimeSpec": {
-                "template": {
-                    "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}
-                }
-            },
-        }
-    ]
+    job = smoke_job(runtime_patch("acme.example/t", "node", {"hostNetwork": True}))
     decision = decide(config, job)
     modes = {v.mode for v in decision.violations if v.rule == "MPG-LIB-HOSTPORTS"}
     assert modes == {"warn"}

@@ -4,7 +4,6 @@ the effective pods of the example cpu-smoke job (issue 22)."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ import yaml
 
 from mpigate.config import Config, check_tree, load
 from tests.conftest import REPO, TODAY
-from tests.policy.helpers import decide, read
+from tests.policy.helpers import decide, runtime_patch, smoke_job
 from tests.policy.test_library import org_with_library
 
 LIBRARY = REPO / "examples" / "rules" / "gatekeeper" / "library.yaml"
@@ -34,7 +33,7 @@ def _job(
     volume: dict[str, Any] | None = None,
     limits: dict[str, str] | None = None,
 ) -> Any:
-    job = copy.deepcopy(read("trainjobs/cpu-smoke.yaml"))
+    job = smoke_job()
     if image:
         job["spec"]["trainer"]["image"] = image
     if limits:
@@ -45,20 +44,7 @@ def _job(
     if volume is not None:
         pod["volumes"] = [volume]
     if pod:
-        job["spec"]["runtimePatches"] = [
-            {
-                "manager": "acme.example/library-test",
-                "trainingRuntimeSpec": {
-                    "template": {
-                        "spec": {
-                            "replicatedJobs": [
-                                {"name": "node", "template": {"spec": {"template": {"spec": pod}}}}
-                            ]
-                        }
-                    }
-                },
-            }
-        ]
+        job["spec"]["runtimePatches"] = [runtime_patch("acme.example/library-test", "node", pod)]
     return job
 
 
