@@ -356,18 +356,8 @@ class ApiServer:
         if m is None:
             return None
         group, version = ("", "v1") if m[1] else (m[2], m[3])
-        namespace, plural, name = m[4] or "", m[5], m[6] or ""
-        if group == "" and plural == "namespaces" and not namespace:
-            pass
-        elif group == "" and m[4] is None and m[6] is None and plural != "namespaces":
-            return None
-        resource = self.resources.get((group, version, plural))
-        if resource is None:
-            # /api/v1/namespaces/{name}
-            if group == "" and m[4] is None:
-                return None
-            return None
-        return resource, namespace, name
+        resource = self.resources.get((group, version, m[5]))
+        return None if resource is None else (resource, m[4] or "", m[6] or "")
 
     def _group_list(self) -> dict[str, Any]:
         groups: dict[str, list[str]] = {}
@@ -656,7 +646,7 @@ class ApiServer:
         return response
 
     async def _admit_and_store(
-        self, resource: Resource, attr: Attributes, outcome: Outcome, validation: str, create: bool
+        self, resource: Resource, attr: Attributes, outcome: Outcome, create: bool
     ) -> dict[str, Any]:
         """apiserver: pkg/endpoints/handlers/create.go createHandler / update.go UpdateResource →
         registry/generic/registry/store.go (*Store).Create/Update: mutating admission, the
@@ -730,7 +720,7 @@ class ApiServer:
         attr = self._attributes(
             resource, namespace, meta.get("name", ""), "CREATE", user, obj, None, options, dry
         )
-        stored = await self._admit_and_store(resource, attr, outcome, validation, create=True)
+        stored = await self._admit_and_store(resource, attr, outcome, create=True)
         return self._respond(stored, 201, outcome)
 
     async def _create_namespace(self, obj: dict[str, Any]) -> web.StreamResponse:
@@ -805,7 +795,7 @@ class ApiServer:
         attr = self._attributes(
             resource, namespace, name, "UPDATE", user, obj, copy.deepcopy(old), options, dry
         )
-        stored = await self._admit_and_store(resource, attr, outcome, validation, create=False)
+        stored = await self._admit_and_store(resource, attr, outcome, create=False)
         return self._respond(stored, 200, outcome)
 
     async def _patch(
@@ -845,7 +835,7 @@ class ApiServer:
                 self._prune_default(resource, obj, validation, outcome)
                 self._fill_new(obj)
                 attr = self._attributes(resource, namespace, name, "CREATE", user, obj, None, options, dry)
-                stored = await self._admit_and_store(resource, attr, outcome, validation, create=True)
+                stored = await self._admit_and_store(resource, attr, outcome, create=True)
                 return self._respond(stored, 201, outcome)
             patched = merge_patch(current, applied)
         else:
