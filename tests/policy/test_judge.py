@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -52,3 +53,45 @@ def test_judge_does_not_assume_the_mutation(config: Config) -> None:
     judged = judge(config, _input(obj))
     assert judged.allowed is False
     assert {"MPG-NET-001", "MPG-RES-001"} <= set(judged.rule_ids)
+
+
+def test_judge_resolves_a_job_mpigate_mutated_once(config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The validating webhook's judgement of a mutated TrainJob resolves it once (the resolution
+    without mpigate's entry, which checks the entry, gives the whole job's by a late merge)."""
+    import mpigate.policy.engine as engine
+
+    calls: list[object] = []
+    real = engine.resolve
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "resolve", counted)
+    judged = 0
+    for path in EXAMPLES:
+        obj = yaml.safe_load(path.read_text())
+        mutated = apply_patch(obj, evaluate(config, _input(obj)).patch)
+        if not any(
+            p.get("manager") == "mpigate.io/admission" for p in mutated["spec"].get("runtimePatches", [])
+        ):
+            continue
+        calls.clear()
+        judge(config, _input(mutated))
+        assert len(calls) == 1, path.name
+        judged += 1
+    assert judged >= 10
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_the_late_merge_changes_no_decision(
+    path: Path, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mpigate.policy.engine as engine
+
+    now = dt.datetime.combine(TODAY, dt.time(12), dt.UTC)
+    obj = yaml.safe_load(path.read_text())
+    mutated = apply_patch(obj, evaluate(config, _input(obj), now=now).patch)
+    fast = judge(config, _input(mutated), now=now)
+    monkeypatch.setattr(engine, "with_last_patch", lambda *_: None)
+    assert judge(config, _input(mutated), now=now) == fast

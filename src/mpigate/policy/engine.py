@@ -50,6 +50,7 @@ Runtimes
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -73,7 +74,7 @@ from mpigate.trainjob import (
 from mpigate.trainjob.jsontypes import is_mapping
 from mpigate.trainjob.mpijob import resolve_mpijob
 from mpigate.trainjob.paths import Key, PathPart, format_path
-from mpigate.trainjob.resolve import MPIGATE_MANAGER
+from mpigate.trainjob.resolve import MPIGATE_MANAGER, with_last_patch
 
 from .context import (
     CLASSIFICATION_LABEL,
@@ -325,6 +326,7 @@ def _trainjob(
     # object (which was judged on CREATE). Anything else under mpigate's name is a tenant's patch.
     trusted: frozenset[str] = _OWN_MANAGER
     forged: Finding | None = None
+    ctx: JobContext | None = None
     if _own_entries(obj) > 1 and not (request.operation == "CREATE" and mutate):
         # The API server refuses two entries with one manager (runtimePatches is a list-map keyed
         # by manager); mpigate does not rely on it.
@@ -347,15 +349,31 @@ def _trainjob(
                         if expected is None
                         else "it is not the entry mpigate writes"
                     )
+                elif ctx0.resolution is not None:
+                    # The job as mpigate mutated it: its resolution is the one just computed with
+                    # the entry merged in (one resolution per evaluation, not two).
+                    full = with_last_patch(ctx0.resolution, obj, MPIGATE_MANAGER)
+                    if full is not None:
+                        ctx = dataclasses.replace(ctx0, resolution=full)
     elif old is not None:
         before = own_patch_entry(old)
         after = own_patch_entry(obj)
         if after is not None and (before is None or not same_patch_entry(after[1], before[1])):
             trusted = frozenset()
     # judge() and UPDATE: the object as received is the one judged, so its context is built once.
-    ctx, runtime = _job_context(
-        config, request.operation, target, namespace, name, team, live, user, runtime=runtime, trusted=trusted
-    )
+    if ctx is None:
+        ctx, runtime = _job_context(
+            config,
+            request.operation,
+            target,
+            namespace,
+            name,
+            team,
+            live,
+            user,
+            runtime=runtime,
+            trusted=trusted,
+        )
     demand = _demand(ctx)
     findings.extend(_trainjob_findings(ctx, demand))
     if forged is not None:

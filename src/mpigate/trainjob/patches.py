@@ -16,7 +16,7 @@ from .reading import Recorder, listed, mapping
 from .shapes import METADATA, POD_TEMPLATE, checked
 from .smp import merge_shared
 
-__all__ = ["apply_runtime_patches"]
+__all__ = ["JOB_TEMPLATE_SHAPE", "apply_runtime_patches"]
 
 
 def apply_runtime_patches(
@@ -62,7 +62,7 @@ def apply_runtime_patches(
                 continue
             # Malformed parts are problems and stay out of the merge: the runtime's values remain,
             # so nothing beside them goes unjudged.
-            template = checked(rjob.get("template"), _JOB_TEMPLATE, (*job_path, "template"), rec)
+            template = checked(rjob.get("template"), JOB_TEMPLATE_SHAPE, (*job_path, "template"), rec)
             if not template:
                 continue
             pod_patch = pod_template({"template": template})
@@ -75,7 +75,7 @@ def apply_runtime_patches(
 
 # A replicated job's template in a patch: job metadata and the pod template (the TrainJob CRD has
 # nothing else there).
-_JOB_TEMPLATE = {"metadata": METADATA, "spec": {"template": POD_TEMPLATE}}
+JOB_TEMPLATE_SHAPE = {"metadata": METADATA, "spec": {"template": POD_TEMPLATE}}
 
 
 def _replicated_jobs(entry: Mapping[str, Any], base: tuple[PathPart, ...], rec: Recorder) -> list[Any]:

@@ -58,11 +58,13 @@ from .model import (
     Resolution,
 )
 from .mpi import OPENMPI_RESERVED_ENV, apply_mpi, gpu_count
-from .patches import apply_runtime_patches
+from .patches import JOB_TEMPLATE_SHAPE, apply_runtime_patches
 from .paths import Key
-from .pods import container, job_labels, pod_template, private_pod
+from .pods import JOB_TO_POD, container, job_labels, pod_template, private_pod
 from .reading import Recorder, integer, listed, mapping
 from .runtime import PreparedRuntime, prepare_runtime
+from .shapes import checked
+from .smp import merge_shared
 
 __all__ = [
     "ANCESTOR_LABEL",
@@ -78,6 +80,7 @@ __all__ = [
     "prepare_runtime",
     "resolve",
     "resolve_runtime",
+    "with_last_patch",
 ]
 
 _INITIALIZERS = ((DATASET_INITIALIZER, "dataset"), (MODEL_INITIALIZER, "model"))
@@ -216,6 +219,103 @@ def resolve(
         problems=(*prepared.problems, *rec.problems),
         trainer_job=trainer_job,
     )
+
+
+# What a last runtime patch may set for :func:`with_last_patch` to merge it after Trainer's plugins:
+# fields no plugin reads or writes (the MPI and Flux plugins, the initializers and spec.trainer write
+# env, volumes, volumeMounts, resources, image, command, args and init containers; pod counts read
+# the job template's labels, which the pod template's labels are not).
+_LATE_METADATA_KEYS = frozenset({"labels"})
+_LATE_SPEC_KEYS = frozenset({"securityContext", "nodeSelector", "initContainers", "containers"})
+_LATE_CONTAINER_KEYS = frozenset({"name", "securityContext"})
+
+
+def with_last_patch(base: Resolution, trainjob: Mapping[str, Any], manager: str) -> Resolution | None:
+    """``resolve(trainjob, runtime)`` computed from ``base``, the same job resolved with
+    ``exclude_managers={manager}``: when ``manager``'s entry is the last of ``spec.runtimePatches``
+    and sets only pod labels, ``nodeSelector`` and security contexts of containers the runtime has
+    — as mpigate's own entry does; ``None`` otherwise (then resolve the job).
+
+    Trainer merges the patches before its plugins run, but no plugin touches those fields, so
+    merging the entry into the finished pods gives the same pods and layers (the entry's after the
+    other patches) for the cost of the merge instead of a second resolution."""
+    patches = mapping(trainjob.get("spec")).get("runtimePatches")
+    if not isinstance(patches, list) or not patches:
+        return None
+    entry = patches[-1]
+    if not is_mapping(entry) or entry.get("manager") != manager:
+        return None
+    if any(is_mapping(p) and p.get("manager") == manager for p in patches[:-1]):
+        return None
+    runtime_spec = mapping(entry.get("trainingRuntimeSpec"))
+    template = mapping(runtime_spec.get("template"))
+    jobs_spec = mapping(template.get("spec"))
+    rjobs = jobs_spec.get("replicatedJobs")
+    if (
+        runtime_spec.keys() != {"template"}
+        or template.keys() != {"spec"}
+        or jobs_spec.keys() != {"replicatedJobs"}
+    ):
+        return None
+    if not isinstance(rjobs, list):
+        return None
+    by_name = {job.name: job for job in base.jobs}
+    pods: dict[str, Mapping[str, Any]] = {}
+    for rjob in rjobs:
+        if not is_mapping(rjob) or rjob.keys() != {"name", "template"}:
+            return None
+        name = rjob["name"]
+        if not isinstance(name, str) or name not in by_name or name in pods:
+            return None
+        rec = Recorder()
+        if checked(rjob["template"], JOB_TEMPLATE_SHAPE, (), rec) is None or rec.problems:
+            return None
+        job_template = mapping(rjob["template"])
+        if job_template.keys() != {"spec"} or mapping(job_template["spec"]).keys() != {"template"}:
+            return None
+        pod = mapping(job_template["spec"]["template"])
+        if not _late_pod_patch(pod, by_name[name].layers[0].template):
+            return None
+        pods[name] = pod
+    spec_path = ("spec", "runtimePatches", Key("manager", manager), "trainingRuntimeSpec", "template", "spec")
+    jobs: list[EffectiveJob] = []
+    for job in base.jobs:
+        pod = pods.get(job.name)
+        if pod is None:
+            jobs.append(replace(job, memo={}))
+            continue
+        layer = Layer(
+            "patch", pod, (*spec_path, "replicatedJobs", Key("name", job.name), *JOB_TO_POD), "", manager
+        )
+        cut = next(
+            (i for i, lay in enumerate(job.layers) if lay.kind not in ("runtime", "patch")), len(job.layers)
+        )
+        layers = (*job.layers[:cut], layer, *job.layers[cut:])
+        jobs.append(replace(job, template=merge_shared(job.template, pod), layers=layers, memo={}))
+    return replace(base, jobs=tuple(jobs))
+
+
+def _late_pod_patch(pod: Mapping[str, Any], runtime_pod: Mapping[str, Any]) -> bool:
+    """Whether a (well-typed) pod template patch sets only what :func:`with_last_patch` may merge
+    late, on containers the runtime's pod has, each once (a patch for another container is dropped
+    at the patch stage, with a problem)."""
+    if pod.keys() - {"metadata", "spec"} or mapping(pod.get("metadata")).keys() - _LATE_METADATA_KEYS:
+        return False
+    spec = mapping(pod.get("spec"))
+    if spec.keys() - _LATE_SPEC_KEYS:
+        return False
+    runtime_spec = mapping(runtime_pod.get("spec"))
+    for list_field in ("initContainers", "containers"):
+        items = spec.get(list_field)
+        if items is None:
+            continue
+        names = [mapping(c).get("name") for c in listed(items)]
+        existing = {c.get("name") for c in listed(runtime_spec.get(list_field)) if is_mapping(c)}
+        if len(set(names)) != len(names) or not set(names) <= existing:
+            return False
+        if any(mapping(c).keys() - _LATE_CONTAINER_KEYS for c in listed(items)):
+            return False
+    return True
 
 
 def _pod_counts(
