@@ -22,11 +22,14 @@ shared with the load generator.
 
     .venv/bin/python benchmarks/webhook_load.py [--seconds 5] [--concurrency 1,10,50] [--workers 2]
         [--targets noop,shell,mpigate,mpigate+audit] [--python .venv-compiled/bin/python]
+        [--baseline /work/main/.venv/bin/python]
 
 ``--workers N`` runs mpigate with ``serve --workers N`` and the no-op as N processes on one port
 (``SO_REUSEPORT``, like mpigate's workers), so that the two are compared on equal terms; the shell
 always runs as one process. ``--python`` chooses the interpreter (and so the mpigate build) that
-runs the servers.
+runs the servers. ``--baseline PYTHON`` adds the target ``baseline``: ``mpigate serve`` on the same
+org run by another interpreter (another checkout's venv, e.g. main's, or another build), so that a
+change's CPU per review is printed next to the figure before it, in the same run.
 
 Prints throughput, latency percentiles and errors per target and concurrency, then the goals
 (zero errors; p99 ≤ 15 ms at concurrency 10; mpigate ≥ 50 % of the no-op throughput).
@@ -362,6 +365,11 @@ def main() -> None:
     parser.add_argument("--targets", default="noop,shell,mpigate,mpigate+audit")
     parser.add_argument("--workers", type=int, default=1, help="mpigate serve --workers (processes)")
     parser.add_argument(
+        "--baseline",
+        metavar="PYTHON",
+        help="also run mpigate (target 'baseline') with this interpreter, e.g. another checkout's venv",
+    )
+    parser.add_argument(
         "--python",
         default=sys.executable,
         help="interpreter that runs the servers (e.g. .venv-compiled/bin/python for the compiled build)",
@@ -369,6 +377,8 @@ def main() -> None:
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     targets = args.targets.split(",")
+    if args.baseline and "baseline" not in targets:
+        targets.insert(targets.index("mpigate") if "mpigate" in targets else len(targets), "baseline")
 
     tmp = Path(tempfile.mkdtemp(prefix="mpigate-bench-"))
     issued = issue_certificates(tmp / "certs", service="bench", namespace="bench", extra_names=("localhost",))
@@ -395,7 +405,7 @@ def main() -> None:
                     issued.tls_key,
                     audit=target.endswith("audit"),
                     workers=args.workers,
-                    python=args.python,
+                    python=args.baseline if target == "baseline" else args.python,
                 )
                 if compiled is not None and target not in builds:
                     builds[target] = "compiled" if compiled else "pure Python"
@@ -438,6 +448,14 @@ def main() -> None:
     print(
         f"load average after the run: {averages} (other processes share the CPUs: compare runs at low load)"
     )
+    if "baseline" in results and "mpigate" in results:
+        print()
+        for before, after in zip(results["baseline"], results["mpigate"], strict=True):
+            print(
+                f"server CPU per review at c={after['concurrency']}: {after['cpu_us']:.0f} µs "
+                f"(baseline {before['cpu_us']:.0f} µs, {after['cpu_us'] / before['cpu_us'] - 1:+.0%}); "
+                f"goal <= 300 µs: {'met' if after['cpu_us'] <= 300 else 'NOT met'}"
+            )
     if "noop" in results and "mpigate" in results:
         print()
         print("goals:")

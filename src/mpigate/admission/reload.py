@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpigate.config import Config, ConfigError, is_config_tree, load
+from mpigate.config.bundle import BUNDLE_ARCHIVE
 from mpigate.config.discovery import IGNORE_FILE, discover
 from mpigate.config.loader import REVISION_FILE
 
@@ -37,8 +38,8 @@ def tree_stamp(path: Path) -> Stamp:
     """A fingerprint that changes whenever a file of the config tree at ``path`` changes, appears
     or vanishes: the files :func:`mpigate.config.discover` loads (so that edits elsewhere in a
     repository checkout — docs, build output, code — neither trigger a reload nor cost a walk of
-    their folders), the ``.mpigateignore`` that selects them, a bundle's ``.mpigate-revision``
-    and a ConfigMap's ``..data`` link."""
+    their folders), the ``.mpigateignore`` that selects them, a bundle's ``.mpigate-revision`` and
+    compressed archive (:mod:`mpigate.config.bundle`) and a ConfigMap's ``..data`` link."""
     entries: list[object] = []
     data_link = path / "..data"
     if data_link.is_symlink():
@@ -46,7 +47,7 @@ def tree_stamp(path: Path) -> Stamp:
     if path.is_file() or not path.is_dir():
         entries.append(_file_entry(path, path.name))
         return tuple(entries)
-    for name in (IGNORE_FILE, REVISION_FILE):
+    for name in (IGNORE_FILE, REVISION_FILE, BUNDLE_ARCHIVE):
         entries.append(_file_entry(path / name, name))
     # Plain strings for the entries, not Path objects: this runs every poll interval.
     prefix = len(str(path)) + 1

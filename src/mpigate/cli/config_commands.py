@@ -110,7 +110,20 @@ def _reliance_problems(config: Config) -> list[Problem]:
                 "run `mpigate render` to see where",
             )
         ]
-    return backstop_problems(config, rendering)
+    # The objects render would write that near the API server's size limits (the config bundle
+    # grows with the tree): said here, before a pull request merges, not when kubectl apply fails.
+    sizes = [
+        Problem(
+            Location(config.root),
+            "(render)",
+            warning,
+            "render.size",
+            Severity.WARNING,
+            "docs/rendering.md#the-config-bundle",
+        )
+        for warning in rendering.size_warnings
+    ]
+    return [*sizes, *backstop_problems(config, rendering)]
 
 
 def _runtime_problem(verdict: RuntimeVerdict) -> Problem:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import difflib
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from .admission import ADMISSION_API, ADMISSION_KINDS
 from .build import build_config
+from .bundle import BUNDLE_ARCHIVE, BundleArchiveError, unpack
 from .crossfile import Entry, cross_file_problems
 from .discovery import IGNORE_FILE, discover
 from .model import Config
@@ -220,6 +222,8 @@ def check_tree(path: str | Path, *, revision: str | None = None, today: dt.date 
     if not root.exists():
         problem = Problem(Location(str(path)), "(tree)", "no such file or directory", "io")
         return CheckResult(str(path), None, (problem,), (), 0)
+    if root.is_dir() and (root / BUNDLE_ARCHIVE).is_file():
+        return _check_archive(root, revision=revision, today=today)
     files = discover(root)
     problems: list[Problem] = []
     ignored: list[str] = []
@@ -309,6 +313,38 @@ def _locator(by_kind: Mapping[str, list[Entry]]) -> Locate:
         return Location(kind)
 
     return locate
+
+
+def _check_archive(root: Path, *, revision: str | None, today: dt.date | None) -> CheckResult:
+    """A mounted compressed bundle (:mod:`mpigate.config.bundle`): its files are checked as the
+    tree they were rendered from, extracted into a private directory for the time of the check;
+    the result names the mounted directory as its root."""
+    archive = root / BUNDLE_ARCHIVE
+    beside = discover(root)
+    if beside:
+        problem = Problem(
+            Location(_display(beside[0], root)),
+            "(tree)",
+            f"a config bundle holds either {BUNDLE_ARCHIVE} or config files, not both",
+            "bundle",
+            hint="mount the ConfigMap that mpigate render wrote, unchanged",
+        )
+        return CheckResult(str(root), None, (problem,), (), 0)
+    with tempfile.TemporaryDirectory(prefix="mpigate-bundle-") as tmp:
+        try:
+            unpack(archive, Path(tmp))
+        except BundleArchiveError as exc:
+            problem = Problem(
+                Location(BUNDLE_ARCHIVE),
+                "(tree)",
+                f"the config bundle archive cannot be read: {exc}",
+                "bundle",
+                hint="mount the ConfigMap that mpigate render wrote, unchanged",
+            )
+            return CheckResult(str(root), None, (problem,), (), 0)
+        result = check_tree(tmp, revision=revision, today=today)
+    config = dataclasses.replace(result.config, root=str(root)) if result.config is not None else None
+    return dataclasses.replace(result, root=str(root), config=config)
 
 
 def load(path: str | Path, *, revision: str | None = None, today: dt.date | None = None) -> Config:

@@ -8,7 +8,7 @@
 See docs/rendering.md for what is rendered and how to override templates.
 """
 
-from .bundle import BUNDLE_WARN_BYTES, Bundle, bundle_key, collect_bundle
+from .bundle import Bundle, bundle_key, collect_bundle
 from .context import build_context, pod_security_levels, team_context
 from .diff import ObjectChange, baseline_objects, diff_objects, render_at_ref, rendering_objects
 from .errors import RenderError, RenderProblem
@@ -18,7 +18,6 @@ from .templates import Templates, builtin_template_dir, search_path
 from .tree import WriteStats, read_objects, write_tree
 
 __all__ = [
-    "BUNDLE_WARN_BYTES",
     "MARKER_FILE",
     "Bundle",
     "ObjectChange",

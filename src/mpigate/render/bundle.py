@@ -3,6 +3,8 @@
 Each config file becomes one key (its path relative to the tree with ``/`` replaced by ``__``), so
 that the mounted directory is itself a config tree that :func:`mpigate.config.load` reads, and the
 key :data:`~mpigate.config.loader.REVISION_FILE` carries the revision the bundle was rendered from.
+A bundle above :data:`~mpigate.config.bundle.PLAIN_BUNDLE_BYTES` carries the same keys in one
+gzip'd tar under ``binaryData`` (:mod:`mpigate.config.bundle`), which the loader reads as well.
 PolicyTest documents stay out (they are CI material, and the files their cases point to are not in
 the tree the webhook sees); so do documents the loader ignores (not mpigate or Trainer runtime
 kinds), and files left with no config document at all.
@@ -10,6 +12,7 @@ kinds), and files left with no config document at all.
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,29 +22,48 @@ import yaml
 
 from mpigate.config import Config
 from mpigate.config.admission import ADMISSION_API, ADMISSION_KINDS
+from mpigate.config.bundle import BUNDLE_ARCHIVE, PLAIN_BUNDLE_BYTES, pack
 from mpigate.config.loader import REVISION_FILE, RUNTIME_KINDS, TRAINER_API_GROUP
 
 from .errors import RenderError, RenderProblem
 from .manifests import FastLoader as _Loader
 
-__all__ = ["BUNDLE_WARN_BYTES", "Bundle", "bundle_key", "collect_bundle"]
+__all__ = ["Bundle", "bundle_key", "collect_bundle"]
 
-# etcd refuses objects above 1.5 MiB and the API server ConfigMaps above 1 MiB; warn with room left.
-BUNDLE_WARN_BYTES = 900 * 1024
 _KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
 _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 @dataclass(frozen=True)
 class Bundle:
-    """The ConfigMap data (sorted by key), its size in bytes and what was left out."""
+    """The bundle's files (sorted by key), their size in bytes, what was left out, and the
+    compressed archive that carries them when they are too large to go as plain keys."""
 
     files: dict[str, str]
     size: int
     excluded: tuple[str, ...]
+    archive: bytes | None = None
+
+    @property
+    def stored(self) -> int:
+        """The bytes the API server counts against a ConfigMap's limit (values, decoded)."""
+        return (
+            len(self.archive)
+            if self.archive is not None
+            else sum(len(v.encode()) for v in self.files.values())
+        )
 
     def to_context(self) -> dict[str, Any]:
-        return {"files": dict(self.files), "size": self.size, "excluded": list(self.excluded)}
+        binary = (
+            {BUNDLE_ARCHIVE: base64.b64encode(self.archive).decode()} if self.archive is not None else None
+        )
+        return {
+            "files": None if binary else dict(self.files),
+            "binary": binary,
+            "size": self.size,
+            "stored": self.stored,
+            "excluded": list(self.excluded),
+        }
 
 
 def bundle_key(relative_path: str) -> str:
@@ -81,8 +103,9 @@ def _identities(text: str) -> list[tuple[Any, Any]]:
     return out
 
 
-def collect_bundle(config: Config) -> Bundle:
-    """Read the config files of ``config`` into bundle data."""
+def collect_bundle(config: Config, *, plain_limit: int = PLAIN_BUNDLE_BYTES) -> Bundle:
+    """Read the config files of ``config`` into bundle data, compressed when their size exceeds
+    ``plain_limit`` bytes."""
     root = Path(config.root)
     base = root if root.is_dir() else root.parent
     files: dict[str, str] = {}
@@ -130,4 +153,4 @@ def collect_bundle(config: Config) -> Bundle:
     files[REVISION_FILE] = config.revision + "\n"
     ordered = dict(sorted(files.items()))
     size = sum(len(k.encode()) + len(v.encode()) for k, v in ordered.items())
-    return Bundle(ordered, size, tuple(excluded))
+    return Bundle(ordered, size, tuple(excluded), pack(ordered) if size > plain_limit else None)

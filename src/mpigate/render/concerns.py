@@ -25,6 +25,8 @@ from typing import Any, Literal
 import yaml
 from codeowners import CodeOwners
 
+from mpigate.config.bundle import bundle_files
+
 from .bundle import bundle_key
 from .diff import _git, git_tree
 from .manifests import FastLoader
@@ -164,9 +166,9 @@ def _bundle_data(directory: Path) -> dict[str, bytes] | None:
     except (OSError, yaml.YAMLError):
         return None
     for doc in documents:
-        data = doc.get("data") if isinstance(doc, dict) and doc.get("kind") == "ConfigMap" else None
-        if isinstance(data, dict):
-            return {str(k): str(v).encode("utf-8") for k, v in data.items() if not str(k).startswith(".")}
+        files = bundle_files(doc) if isinstance(doc, dict) and doc.get("kind") == "ConfigMap" else None
+        if files is not None:  # plain keys or the compressed archive
+            return {k: v.encode("utf-8") for k, v in files.items() if not k.startswith(".")}
     return None
 
 

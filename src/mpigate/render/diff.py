@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mpigate.config import ConfigError, Severity, load
+from mpigate.config.bundle import BUNDLE_ARCHIVE, bundle_files
 from mpigate.config.loader import REVISION_FILE
 
 from .context import LABELS
@@ -75,8 +76,26 @@ def _without_revision(obj: Mapping[str, Any]) -> dict[str, Any]:
         if annotations:
             out["metadata"]["annotations"] = annotations
     data = out.get("data")
-    if isinstance(data, Mapping) and REVISION_FILE in data:
-        out["data"] = {k: v for k, v in data.items() if k != REVISION_FILE}
+    archived = f"{BUNDLE_ARCHIVE}/{REVISION_FILE}"
+    if isinstance(data, Mapping) and (REVISION_FILE in data or archived in data):
+        out["data"] = {k: v for k, v in data.items() if k not in (REVISION_FILE, archived)}
+    return out
+
+
+def _readable(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A compressed config bundle with its archive shown as the files it carries (a change to one
+    team's file is then a change to that key, as in a plain bundle, not a new blob)."""
+    binary = obj.get("binaryData")
+    if obj.get("kind") != "ConfigMap" or not isinstance(binary, Mapping) or BUNDLE_ARCHIVE not in binary:
+        return obj
+    files = bundle_files(obj)
+    if files is None:
+        return obj
+    out = {k: v for k, v in obj.items() if k != "binaryData"}
+    rest = {k: v for k, v in binary.items() if k != BUNDLE_ARCHIVE}
+    if rest:
+        out["binaryData"] = rest
+    out["data"] = {**(obj.get("data") or {}), **{f"{BUNDLE_ARCHIVE}/{k}": v for k, v in files.items()}}
     return out
 
 
@@ -85,7 +104,8 @@ def _index(
 ) -> dict[ObjectKey, tuple[str, str]]:
     out: dict[ObjectKey, tuple[str, str]] = {}
     for file, obj in objects:
-        shown = _without_revision(obj) if ignore_revision else obj
+        readable = _readable(obj)
+        shown = _without_revision(readable) if ignore_revision else readable
         out[object_key(obj)] = (file, dump_object(shown))
     return out
 

@@ -28,9 +28,10 @@ from mpigate.config import Config
 from mpigate.config.queueing import kueue_configuration
 from mpigate.preflight.trainjob import SmokeJobError, build_smoke_trainjob
 
-from .bundle import BUNDLE_WARN_BYTES, collect_bundle
+from .bundle import collect_bundle
 from .context import LABELS, MANAGED_BY, build_context, region_flavor_name
 from .errors import RenderError, RenderProblem
+from .limits import bundle_size_warning, object_size_warnings
 from .manifests import KUSTOMIZATION_KIND, ObjectKey, dump_documents, dump_object, object_key
 from .templates import Templates, search_path
 
@@ -76,6 +77,8 @@ class Rendering:
     files: dict[str, str]
     objects: tuple[RenderedObject, ...]
     warnings: tuple[str, ...] = field(default=())
+    # Objects near the API server's size limits (render/limits.py); also in ``warnings``.
+    size_warnings: tuple[str, ...] = field(default=())
 
     def objects_in(self, directory: str) -> list[RenderedObject]:
         prefix = directory.rstrip("/") + "/"
@@ -205,11 +208,8 @@ def render(
     context = build_context(config, today=today, bundle=bundle.to_context())
     templates = Templates(search_path(config.root, template_dirs))
     warnings: list[str] = []
-    if bundle.size > BUNDLE_WARN_BYTES:
-        warnings.append(
-            f"the config bundle ConfigMap holds {bundle.size} bytes (over {BUNDLE_WARN_BYTES}); "
-            "the API server refuses ConfigMaps over 1 MiB - split the config or move PolicyTests out"
-        )
+    bundle_warning = bundle_size_warning(bundle)
+    sizes: list[str] = [bundle_warning] if bundle_warning is not None else []
 
     files: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     # (template, output file, context, what it is rendered for, team)
@@ -258,6 +258,10 @@ def render(
                 )
                 continue
             seen[key] = out
+            if not (
+                bundle_warning and key.kind == "ConfigMap" and key.name == context["mpigate"]["config_map"]
+            ):
+                sizes.extend(object_size_warnings(doc, f"{key} in {out}"))
             objects.append(RenderedObject(out, source, doc))
             files.setdefault(out, []).append((name, doc))
     if errors:
@@ -297,7 +301,13 @@ def render(
     texts[KUEUE_CONFIGURATION_FILE] = KUEUE_CONFIGURATION_HEADER + dump_object(kueue_configuration(config))
     texts[MARKER_FILE] = MARKER_TEXT
     log.info("rendered %d objects into %d files", len(objects), len(texts))
-    return Rendering(config.revision, dict(sorted(texts.items())), tuple(objects), tuple(warnings))
+    return Rendering(
+        config.revision,
+        dict(sorted(texts.items())),
+        tuple(objects),
+        (*sizes, *warnings),
+        tuple(sizes),
+    )
 
 
 def _smoke_runtime(config: Config, team: str) -> str | None:
