@@ -10,6 +10,7 @@ status and the API server's ``Status`` message.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -17,10 +18,11 @@ import os
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import aiohttp
 import yaml
@@ -31,6 +33,7 @@ __all__ = [
     "KubeConfig",
     "KubeConfigError",
     "KubeError",
+    "ListPage",
     "in_cluster_config",
     "load_kubeconfig",
 ]
@@ -42,6 +45,28 @@ IN_CLUSTER_DIR: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD_SECONDS: Final = 60.0
 # A watch event is one JSON line; TrainJobs with large runtime patches stay far below this.
 MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
+# Objects per LIST page. client-go's pager asks for 500 (tools/pager/pager.go defaultPageSize); the
+# webhook asks for fewer, because a page is decoded in one call that holds the GIL (json and orjson
+# do not release it), so the page bounds how long the loop answering admissions can wait: 100
+# TrainJobs of ~6 KiB decode in about a millisecond.
+LIST_PAGE_SIZE: Final = 100
+# A paginated LIST whose continue token expired (410) starts again from a fresh snapshot, at most
+# this many times in a row before the error is reported (see KubeClient.list_pages).
+LIST_RESTARTS: Final = 3
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage(Generic[T]):
+    """One page of a LIST, reduced by the caller's ``decode`` off the event loop: what it kept of
+    the items, the list's ``resourceVersion`` and its ``continue`` token (empty on the last page).
+    ``restarted``: the list starts again from a fresh snapshot; drop what earlier pages gave."""
+
+    items: T
+    resource_version: str
+    continue_token: str
+    restarted: bool = False
 
 
 class KubeConfigError(Exception):
@@ -241,6 +266,58 @@ class KubeClient:
             raise KubeError(f"GET {path}: response is not a JSON object", reason="bad-response")
         return body
 
+    async def list_pages(
+        self,
+        path: str,
+        decode: Callable[[Any], T],
+        *,
+        limit: int = LIST_PAGE_SIZE,
+        executor: Executor | None = None,
+    ) -> AsyncIterator[ListPage[T]]:
+        """LIST ``path`` in pages of ``limit`` objects (``limit``/``continue``), each page's body
+        read as bytes, then parsed and reduced by ``decode(items)`` in ``executor`` (default: the
+        loop's), so that neither a whole list nor its full objects ever exist at once and the event
+        loop only waits for one page's parse. Raises :class:`KubeError`.
+
+        A ``410 Gone`` on a continue request (the snapshot the first page was read from has been
+        compacted) starts the list again from a fresh snapshot: the items yielded so far belong to
+        the abandoned one, so a page marked ``restarted`` tells the caller to drop them. client-go's pager falls back to one unpaginated LIST there
+        (tools/pager/pager.go ``(*ListPager).list``, ``FullListIfExpired``) and the reflector relists
+        from ``resourceVersion=""`` when even that expired (tools/cache/reflector.go
+        ``(*Reflector).list``, ``relistResourceVersion``); an unpaginated LIST is what blocked the
+        webhook, so it restarts paginated instead, at most :data:`LIST_RESTARTS` times."""
+        loop = asyncio.get_running_loop()
+        token = ""
+        restarts = 0
+        while True:
+            params = {"limit": str(limit)}
+            if token:
+                params["continue"] = token
+            try:
+                raw = await self._get_bytes(path, params)
+            except KubeError as exc:
+                if exc.status != 410 or not token or restarts >= LIST_RESTARTS:
+                    raise
+                restarts += 1
+                log.info("LIST %s: continue token expired (410): listing again from a fresh snapshot", path)
+                token = ""
+                yield ListPage(decode([]), "", "", restarted=True)
+                continue
+            page = await loop.run_in_executor(executor, _decode_page, raw, path, decode)
+            yield page
+            token = page.continue_token
+            if not token:
+                return
+
+    async def _get_bytes(self, path: str, params: Mapping[str, str]) -> bytes:
+        try:
+            async with self._session.get(path, params=params, headers=self._headers()) as resp:
+                if resp.status != 200:
+                    raise await self._error(resp, path)
+                return await resp.read()
+        except aiohttp.ClientError as exc:
+            raise KubeError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+
     async def request(
         self,
         method: str,
@@ -316,6 +393,25 @@ class KubeClient:
             raise KubeError(f"WATCH {path}: {type(exc).__name__}: {exc}") from exc
         except TimeoutError as exc:
             raise KubeError(f"WATCH {path}: no data within the read timeout", reason="timeout") from exc
+
+
+def _decode_page(raw: bytes, path: str, decode: Callable[[Any], T]) -> ListPage[T]:
+    """A LIST page's body parsed and reduced (runs in a worker thread: the full objects live only
+    here, for one page)."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise KubeError(f"GET {path}: response is not JSON", reason="bad-response") from exc
+    if not isinstance(body, dict):
+        raise KubeError(f"GET {path}: response is not a JSON object", reason="bad-response")
+    meta = body.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    items = body.get("items")
+    return ListPage(
+        decode(items if isinstance(items, list) else []),
+        str(meta.get("resourceVersion") or ""),
+        str(meta.get("continue") or ""),
+    )
 
 
 def _event(line: bytes, path: str) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Two sources, each with the access pattern that suits it:
 
 - **Active jobs** (TrainJobs and MPIJobs) per namespace come from one watch-backed cache per kind
-  (:class:`JobCache`): one LIST, then a WATCH from its ``resourceVersion`` (bookmarks on),
+  (:class:`JobCache`): a paginated LIST (pages parsed one at a time, only names kept), then a
+  WATCH from its ``resourceVersion`` (bookmarks on),
   re-watching from the last seen version when the server ends the stream and relisting on ``410
   Gone``. A lookup is a dictionary read; counting every admission with a LIST would load the API
   server. MPIJobs are optional: where the MPI Operator's CRD is not installed (LIST answers 404)
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -129,6 +131,19 @@ def is_active(obj: Mapping[str, Any], kind: JobKind = TRAINJOBS) -> bool:
     return True
 
 
+def _active_names(items: list[Any], kind: JobKind = TRAINJOBS) -> list[tuple[str, str]]:
+    """``(namespace, name)`` of the active jobs of ``kind`` among a LIST page's items."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        meta = item.get("metadata") or {}
+        ns, name = meta.get("namespace"), meta.get("name")
+        if isinstance(ns, str) and isinstance(name, str) and is_active(item, kind):
+            out.append((ns, name))
+    return out
+
+
 class JobCache:
     """Active jobs of one kind per namespace, kept current by LIST + WATCH (an informer)."""
 
@@ -192,8 +207,22 @@ class JobCache:
             names.discard(name)
 
     async def _list(self) -> None:
+        # Paginated, each page parsed and reduced to the active jobs' names before the next is
+        # read (KubeClient.list_pages): the loop answering admissions waits at most for one page's
+        # parse, and only (namespace, name) pairs outlive it. Lookups keep reading the previous
+        # list until the new one is complete, then see it whole.
+        active: dict[str, set[str]] = {}
+        rv = ""
         try:
-            body = await self._client.get(self._path)
+            async for page in self._client.list_pages(
+                self._path, functools.partial(_active_names, kind=self.kind)
+            ):
+                if page.restarted:
+                    active = {}
+                    continue
+                for ns, name in page.items:
+                    active.setdefault(ns, set()).add(name)
+                rv = page.resource_version
         except KubeError as exc:
             if not (self.kind.optional and exc.status == 404):
                 raise
@@ -207,12 +236,8 @@ class JobCache:
             self.lists += 1
             return
         self.absent = False
-        active: dict[str, set[str]] = {}
         self._active = active
-        for item in body.get("items") or []:
-            if isinstance(item, dict):
-                self._apply(item)
-        self._rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        self._rv = rv
         self._synced = True
         self.last_error = None
         self.lists += 1

@@ -1,0 +1,206 @@
+"""The job cache's LIST at cluster scale (issue 25 item 3): paginated (``limit``/``continue``), each
+page parsed off the event loop and reduced to names, an expired continue token (410) answered by a
+fresh paginated list, and lookups that see the previous list until the new one is complete.
+
+A real aiohttp server on 127.0.0.1 plays the API server, with pages and 410s as the API server gives
+them (kmock answers every LIST with the whole list)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest_asyncio
+from aiohttp import web
+
+import mpigate.admission.live as live
+from mpigate.admission.kube import LIST_PAGE_SIZE, LIST_RESTARTS, KubeClient, KubeConfig
+from mpigate.admission.live import JobCache
+
+from .conftest import wait_for
+
+TJ_PATH = "/apis/trainer.kubeflow.org/v1alpha1/trainjobs"
+
+
+def job(ns: str, name: str, finished: bool = False) -> dict[str, Any]:
+    obj: dict[str, Any] = {"kind": "TrainJob", "metadata": {"name": name, "namespace": ns}}
+    if finished:
+        obj["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    return obj
+
+
+@dataclass
+class FakeApi:
+    """Snapshots of TrainJobs served in pages; watches that end with 410 on demand."""
+
+    snapshots: list[list[dict[str, Any]]]
+    requests: list[dict[str, str]] = field(default_factory=list)
+    expire_continues: int = 0  # answer this many continue requests with 410 Gone
+    hold_page: int | None = None  # hold the page at this offset until `release` is set
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    held: asyncio.Event = field(default_factory=asyncio.Event)
+    gone: asyncio.Event = field(default_factory=asyncio.Event)
+    current: int = 0  # the snapshot a fresh list reads
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        params = dict(request.query)
+        if params.get("watch") == "true":
+            return await self.watch(request)
+        self.requests.append(params)
+        token = params.get("continue", "")
+        if token and self.expire_continues:
+            self.expire_continues -= 1
+            self.current = min(self.current + 1, len(self.snapshots) - 1)  # compacted meanwhile
+            body = {"kind": "Status", "code": 410, "reason": "Expired", "message": "continue expired"}
+            return web.json_response(body, status=410)
+        snapshot, start = (int(token.split(":")[0]), int(token.split(":")[1])) if token else (self.current, 0)
+        if self.hold_page is not None and start == self.hold_page:
+            self.held.set()
+            await self.release.wait()
+        items = self.snapshots[snapshot]
+        limit = int(params.get("limit") or 0) or len(items)
+        page = items[start : start + limit]
+        meta: dict[str, Any] = {"resourceVersion": str(100 + snapshot)}
+        if start + limit < len(items):
+            meta["continue"] = f"{snapshot}:{start + limit}"
+        return web.json_response({"kind": "TrainJobList", "metadata": meta, "items": page})
+
+    async def watch(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await self.gone.wait()
+        self.gone.clear()
+        error = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+        await resp.write(json.dumps(error).encode() + b"\n")
+        return resp
+
+
+@pytest_asyncio.fixture
+async def api() -> AsyncIterator[tuple[FakeApi, KubeClient]]:
+    fake = FakeApi(snapshots=[])
+    app = web.Application()
+    app.router.add_get(TJ_PATH, fake.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    client = KubeClient(KubeConfig(server=f"http://127.0.0.1:{runner.addresses[0][1]}"))
+    yield fake, client
+    await client.close()
+    fake.gone.set()  # end the open watches and held pages, so that the server stops at once
+    fake.release.set()
+    await runner.cleanup()
+
+
+def jobs(n: int, prefix: str = "j") -> list[dict[str, Any]]:
+    """``n`` jobs over two namespaces, every third finished."""
+    return [job("alpha" if i % 2 else "beta", f"{prefix}{i}", finished=i % 3 == 0) for i in range(n)]
+
+
+def active(items: list[dict[str, Any]], ns: str) -> int:
+    return sum(1 for j in items if j["metadata"]["namespace"] == ns and "status" not in j)
+
+
+async def test_the_list_is_paginated_and_each_page_parsed_off_the_loop(
+    api: tuple[FakeApi, KubeClient], monkeypatch: Any
+) -> None:
+    fake, client = api
+    fake.snapshots = [jobs(2 * LIST_PAGE_SIZE + 50)]
+    threads: list[int] = []
+    reduce = live._active_names
+
+    def recorded(items: list[Any], **kind: Any) -> list[tuple[str, str]]:
+        threads.append(threading.get_ident())
+        return reduce(items, **kind)
+
+    monkeypatch.setattr(live, "_active_names", recorded)
+    cache = JobCache(client)
+    cache.start()
+    try:
+        await wait_for(lambda: cache.synced)
+        assert cache.active_jobs(("alpha",)) == active(fake.snapshots[0], "alpha")
+        assert cache.active_jobs(("beta",)) == active(fake.snapshots[0], "beta")
+        # three pages of at most LIST_PAGE_SIZE, each continuing the one before
+        assert [r.get("limit") for r in fake.requests] == [str(LIST_PAGE_SIZE)] * 3
+        assert [r.get("continue") for r in fake.requests] == [
+            None,
+            f"0:{LIST_PAGE_SIZE}",
+            f"0:{2 * LIST_PAGE_SIZE}",
+        ]
+        assert len(threads) == 3
+        assert threading.get_ident() not in threads  # never parsed on the loop's thread
+    finally:
+        await cache.stop()
+
+
+async def test_an_expired_continue_token_restarts_the_list_from_a_fresh_snapshot(
+    api: tuple[FakeApi, KubeClient],
+) -> None:
+    fake, client = api
+    old, fresh = jobs(250, "old"), jobs(130, "new")
+    fake.snapshots = [old, fresh]
+    fake.expire_continues = 1
+    cache = JobCache(client)
+    cache.start()
+    try:
+        await wait_for(lambda: cache.synced)
+        # only the fresh snapshot counts: nothing of the abandoned first page is kept
+        assert cache.active_jobs(("alpha", "beta")) == active(fresh, "alpha") + active(fresh, "beta")
+        assert [r.get("continue") for r in fake.requests] == [
+            None,
+            f"0:{LIST_PAGE_SIZE}",
+            None,
+            f"1:{LIST_PAGE_SIZE}",
+        ]
+        assert cache.lists == 1
+    finally:
+        await cache.stop()
+
+
+async def test_a_list_that_keeps_expiring_is_reported(api: tuple[FakeApi, KubeClient]) -> None:
+    fake, client = api
+    fake.snapshots = [jobs(250)]
+    fake.expire_continues = LIST_RESTARTS + 1
+    errors: list[tuple[str, str]] = []
+    cache = JobCache(client, on_error=lambda s, r: errors.append((s, r)), backoff=(30, 30))
+    cache.start()
+    try:
+        await wait_for(lambda: errors)
+        assert not cache.synced
+        assert errors[0] == ("trainjobs", "http-410")
+        assert "410" in (cache.last_error or "")
+        continues = [r for r in fake.requests if r.get("continue")]
+        assert len(continues) == LIST_RESTARTS + 1
+    finally:
+        await cache.stop()
+
+
+async def test_lookups_see_the_previous_list_until_the_new_one_is_complete(
+    api: tuple[FakeApi, KubeClient],
+) -> None:
+    fake, client = api
+    before, after = jobs(250, "a"), jobs(40, "b") + jobs(300, "c")
+    fake.snapshots = [before, after]
+    cache = JobCache(client, backoff=(0.01, 0.05))
+    cache.start()
+    try:
+        await wait_for(lambda: cache.synced)
+        team = ("alpha", "beta")
+        old_count = active(before, "alpha") + active(before, "beta")
+        assert cache.active_jobs(team) == old_count
+        # the watch expires: the cache relists, and the API server is slow with its second page
+        fake.current = 1
+        fake.hold_page = LIST_PAGE_SIZE
+        fake.gone.set()
+        await wait_for(fake.held.is_set)
+        assert cache.active_jobs(team) == old_count  # not the first page of the new list
+        assert cache.synced
+        fake.release.set()
+        await wait_for(lambda: cache.lists == 2)
+        assert cache.active_jobs(team) == active(after, "alpha") + active(after, "beta")
+    finally:
+        await cache.stop()
