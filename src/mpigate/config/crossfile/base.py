@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,7 +127,9 @@ class Tree:
         """Every rule a pattern may name: the catalogue's and the tree's custom rules."""
         return (*rule_ids(), *self.custom_rule_ids)
 
-    @property
+    # Cached (the tree does not change while it is checked): rules ask once per team or exception,
+    # and recomputing made a 5,000-team check quadratic.
+    @functools.cached_property
     def valid_quotas(self) -> list[Entry]:
         return [e for e in self.quotas if e.valid]
 
@@ -172,7 +175,7 @@ class Tree:
     def egress_lists(self) -> set[str] | None:
         return set(self.profiles_doc.data["spec"]["egress"]) if self.profiles_doc else None
 
-    @property
+    @functools.cached_property
     def team_namespaces(self) -> dict[str, set[str]]:
         return {e.data["metadata"]["name"]: set(e.data["spec"]["namespaces"]) for e in self.valid_quotas}
 
