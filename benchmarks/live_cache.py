@@ -60,7 +60,7 @@ def _item_template() -> bytes:
                 "apiVersion": "trainer.kubeflow.org/v1alpha1",
                 "time": "2026-11-25T00:00:00Z",
                 "fieldsType": "FieldsV1",
-                "fieldsV1": {"f:spec": {f"f:field{i}": {} for i in range(40)}},
+                "fieldsV1": {"f:spec": {f"f:field{i}": {} for i in range(150)}},
             }
         ],
     )
@@ -77,8 +77,8 @@ def _item_template() -> bytes:
             {"name": n, "active": 1, "ready": 1, "succeeded": 0, "failed": 0} for n in ("node", "launcher")
         ],
     }
-    obj["metadata"]["namespace"] = "NS"
-    obj["metadata"]["name"] = "NAME"
+    obj["metadata"]["namespace"] = "@@NS@@"
+    obj["metadata"]["name"] = "@@NAME@@"
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
@@ -86,13 +86,11 @@ def run_fake_api(port_file: str, jobs: int) -> None:
     from aiohttp import web
 
     template = _item_template()
-    head, rest = template.split(b'"NS"', 1)
-    middle, tail = rest.split(b'"NAME"', 1)
     rv = 1000
     state: dict[str, Any] = {"lists": 0, "pages": 0, "watchers": set()}
 
     def item(i: int) -> bytes:
-        return b"".join((head, b'"team-%d"' % (i % 50), middle, b'"job-%d"' % i, tail))
+        return template.replace(b"@@NS@@", b"team-%d" % (i % 50)).replace(b"@@NAME@@", b"job-%d" % i)
 
     async def trainjobs(request: web.Request) -> web.StreamResponse:
         params = request.query
@@ -128,7 +126,7 @@ def run_fake_api(port_file: str, jobs: int) -> None:
         gone = asyncio.Event()
         state["watchers"].add(gone)
         try:
-            while not gone.is_set():
+            while not gone.is_set() and request.transport is not None and not request.transport.is_closing():
                 bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": str(rv)}}}
                 await resp.write(json.dumps(bookmark).encode() + b"\n")
                 try:
@@ -137,6 +135,8 @@ def run_fake_api(port_file: str, jobs: int) -> None:
                     continue
             error = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
             await resp.write(json.dumps(error).encode() + b"\n")
+        except ConnectionError:  # the client went away (its server stopped)
+            return resp
         finally:
             state["watchers"].discard(gone)
         await resp.write_eof()
@@ -273,6 +273,7 @@ def run_target(
     python: str, jobs: int, workers: int, seconds: float, tmp: Path, issued: Any
 ) -> dict[str, Any]:
     api_port_file = tmp / f"api-{jobs}.port"
+    api_port_file.unlink(missing_ok=True)
     api = subprocess.Popen([sys.executable, __file__, "--fake-api", str(api_port_file), str(jobs)])
     try:
         while not api_port_file.exists() or not api_port_file.read_text():
