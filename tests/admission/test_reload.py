@@ -67,13 +67,18 @@ async def test_a_valid_change_is_swapped_in_and_an_invalid_one_rejected(
         assert resp.status == 200  # still serving the last good config
 
 
-def kubelet_write(volume: Path, files: dict[str, str]) -> None:
+def kubelet_write(volume: Path, files: dict[str, str] | dict[str, bytes]) -> None:
     """Update a ConfigMap volume as the kubelet does: a new timestamped directory, an atomic
-    rename of the ``..data`` symlink, visible symlinks into ``..data``."""
+    rename of the ``..data`` symlink, visible symlinks into ``..data`` (text: ``data`` keys,
+    bytes: ``binaryData``)."""
     stamp = f"..{time.time_ns()}"
     (volume / stamp).mkdir()
-    for name, text in files.items():
-        (volume / stamp / name).write_text(text)
+    for name, content in files.items():
+        target = volume / stamp / name
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content)
     tmp = volume / "..data_tmp"
     tmp.symlink_to(stamp)
     old = os.readlink(volume / "..data") if (volume / "..data").is_symlink() else None

@@ -9,7 +9,6 @@ import base64
 import functools
 import io
 import json
-import os
 import tarfile
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from mpigate.policy import AdmissionInput, judge, mutations
 from mpigate.render import Rendering, collect_bundle, render
 from mpigate.render.diff import diff_objects
 from mpigate.render.limits import bundle_size_warning, object_size_warnings
+from tests.admission.test_reload import kubelet_write
 from tests.conftest import REPO, TODAY
 from tests.policy.helpers import NOW
 
@@ -50,21 +50,6 @@ def compressed(request: pytest.FixtureRequest) -> Rendering:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(renderer, "collect_bundle", functools.partial(collect_bundle, plain_limit=0))
         return render(config, today=TODAY)
-
-
-def kubelet_write(volume: Path, files: dict[str, bytes]) -> None:
-    """A ConfigMap volume update as the kubelet makes it: a new timestamped directory, an atomic
-    rename of ``..data``, visible symlinks into it."""
-    stamp = f"..{time.time_ns()}"
-    (volume / stamp).mkdir()
-    for name, data in files.items():
-        (volume / stamp / name).write_bytes(data)
-    tmp = volume / "..data_tmp"
-    tmp.symlink_to(stamp)
-    os.replace(tmp, volume / "..data")
-    for name in files:
-        if not (volume / name).is_symlink():
-            (volume / name).symlink_to(f"..data/{name}")
 
 
 def _mounted(cm: dict[str, Any]) -> dict[str, bytes]:

@@ -280,18 +280,18 @@ def with_last_patch(base: Resolution, trainjob: Mapping[str, Any], manager: str)
     spec_path = ("spec", "runtimePatches", Key("manager", manager), "trainingRuntimeSpec", "template", "spec")
     jobs: list[EffectiveJob] = []
     for job in base.jobs:
-        pod = pods.get(job.name)
-        if pod is None:
+        late = pods.get(job.name)
+        if late is None:
             jobs.append(replace(job, memo={}))
             continue
         layer = Layer(
-            "patch", pod, (*spec_path, "replicatedJobs", Key("name", job.name), *JOB_TO_POD), "", manager
+            "patch", late, (*spec_path, "replicatedJobs", Key("name", job.name), *JOB_TO_POD), "", manager
         )
         cut = next(
             (i for i, lay in enumerate(job.layers) if lay.kind not in ("runtime", "patch")), len(job.layers)
         )
         layers = (*job.layers[:cut], layer, *job.layers[cut:])
-        jobs.append(replace(job, template=merge_shared(job.template, pod), layers=layers, memo={}))
+        jobs.append(replace(job, template=merge_shared(job.template, late), layers=layers, memo={}))
     return replace(base, jobs=tuple(jobs))
 
 
