@@ -215,3 +215,38 @@ async def test_a_path_that_is_no_config_tree_is_named_as_such(
         "check --config and that the config bundle ConfigMap is mounted there (and "
     )
     assert message.endswith("; still serving nothing (`mpigate check` lists every problem)")
+
+
+class _Garbage:
+    """A weak-referenceable object kept alive only by a reference cycle."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+async def test_a_config_swap_freezes_the_heap_and_frees_what_the_previous_left(org: Path) -> None:
+    """Full garbage collections skip the served config and the code (gc.freeze): they walked the
+    whole heap on the loop that answers admissions. A swap collects what was frozen before."""
+    import gc
+    import weakref
+
+    from mpigate.admission.reload import ConfigStore
+
+    try:
+        gc.unfreeze()
+        store = ConfigStore(org, debounce=0.0)
+        assert await store.load_now() is not None
+        assert gc.get_freeze_count() > 0
+        # garbage in a cycle that an earlier swap froze: freed at the next swap, not kept forever
+        leftover = _Garbage()
+        gone = weakref.ref(leftover)
+        gc.freeze()
+        del leftover
+        assert gone() is not None
+        (org / ".mpigate-revision").write_text("rev-next\n")
+        await wait_for(lambda: store.poll())
+        assert store.current is not None and store.current.revision == "rev-next"
+        assert gone() is None
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
