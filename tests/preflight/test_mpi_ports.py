@@ -37,7 +37,9 @@ def first_proposal(profile: NetworkProfile) -> tuple[tuple[str, str], ...]:
 def _describe(run: LocalRun) -> str:
     assert run.confinement is not None
     lines = [v.socket.describe() + f"  [{v.reason}]" for v in run.confinement.verdicts]
-    return "\n".join([*run.problems, run.stderr[-2000:], *lines])
+    # A rank's own error comes first in stderr, mpirun's summary of the failure last: keep both.
+    stderr = run.stderr if len(run.stderr) <= 6000 else f"{run.stderr[:3000]}\n[...]\n{run.stderr[-3000:]}"
+    return "\n".join([*run.problems, f"stdout: {run.stdout[-2000:]}", stderr, *lines])
 
 
 def _assert_preflight_passed(run: LocalRun, ranks: int) -> None:
@@ -48,6 +50,9 @@ def _assert_preflight_passed(run: LocalRun, ranks: int) -> None:
     for rank in run.report.ranks:
         statuses = {c.name: c.status for c in rank.checks}
         assert statuses == {"allreduce": "pass", "ring": "pass", "pingpong": "pass", "ports": "pass"}, rank
+    # each rank reported its own sockets at the barrier, with its connections to other ranks open
+    for rank in run.report.ranks:
+        assert any(s.state == "ESTABLISHED" and not s.loopback_only for s in rank.sockets), rank
     # rank 0 measured every peer at every size
     measured = sorted((p.peer, p.size) for r in run.report.ranks for p in r.pingpong)
     assert measured == sorted((peer, size) for peer in range(1, ranks) for size in SETTINGS.sizes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mpigate.preflight import CheckResult, PingPong, PreflightReport, RankReport, format_bytes, render_text
+from mpigate.preflight.portwatch import ObservedSocket
 
 
 def _rank(rank: int, *, ring: str = "pass", ports: str = "pass", detail: str = "") -> RankReport:
@@ -20,6 +21,14 @@ def _rank(rank: int, *, ring: str = "pass", ports: str = "pass", detail: str = "
         if rank
         else (),
         listen_ports=(40000 + rank,),
+        sockets=(
+            ObservedSocket(1000 + rank, "python", "ipv4", "0.0.0.0", 40000 + rank, "0.0.0.0", 0, "LISTEN"),
+            ObservedSocket(1000 + rank, "python", "ipv6", "::", 40000 + rank, "::", 0, "LISTEN"),
+            ObservedSocket(
+                1000 + rank, "python", "ipv4", "10.0.0.2", 51234, "10.0.0.3", 40001, "ESTABLISHED"
+            ),
+            ObservedSocket(1000 + rank, "python", "ipv6", "fd00::2", 51235, "fd00::3", 40001, "ESTABLISHED"),
+        ),
     )
 
 
@@ -64,6 +73,15 @@ def test_json_round_trip_is_lossless() -> None:
         "iterations": 20,
         "latencyUs": 250.0,
         "bandwidthMBs": 4194.304,
+    }
+    # a rank's own sockets travel as the sampler prints them, and come back the same
+    assert report.to_dict()["ranks"][2]["sockets"][3] == {
+        "pid": 1002,
+        "process": "python",
+        "family": "ipv6",
+        "state": "ESTABLISHED",
+        "local": "[fd00::2]:51235",
+        "remote": "[fd00::3]:40001",
     }
 
 

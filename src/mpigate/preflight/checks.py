@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mpigate.config.mpienv import PINNED_ENV_NAMES
 
 from .confinement import PortRanges
-from .portwatch import sample_once
+from .portwatch import ObservedSocket, sample_once
 from .report import CheckResult, PingPong, PreflightReport, RankReport
 
 if TYPE_CHECKING:
@@ -185,11 +185,19 @@ def _judge_pingpong(
     return CheckResult("pingpong", "pass", summary)
 
 
-def _own_ports(env: Mapping[str, str], settings: PreflightSettings) -> tuple[CheckResult, tuple[int, ...]]:
-    """This rank's network-reachable TCP listeners, judged against the pinned env it was given."""
+def _own_sockets() -> frozenset[ObservedSocket] | None:
+    """This rank's TCP sockets now; None where there is no /proc to read them from."""
     if not os.path.isdir("/proc/self/fd"):
+        return None
+    return frozenset(sample_once([os.getpid()]))
+
+
+def _own_ports(
+    env: Mapping[str, str], settings: PreflightSettings, sockets: frozenset[ObservedSocket] | None
+) -> tuple[CheckResult, tuple[int, ...]]:
+    """This rank's network-reachable TCP listeners, judged against the pinned env it was given."""
+    if sockets is None:
         return CheckResult("ports", "skip", "no /proc: cannot observe sockets on this OS"), ()
-    sockets = sample_once([os.getpid()])
     listening = sorted(
         {s.local_port for s in sockets if s.listening and not s.loopback_only},
     )
@@ -231,7 +239,8 @@ def run_preflight(
     checks.append(pingpong_check)
     # Connections made by the checks stay open until MPI_Finalize: observe them while they exist.
     comm.Barrier()
-    ports_check, listening = _own_ports(env, settings)
+    sockets = _own_sockets()
+    ports_check, listening = _own_ports(env, settings, sockets)
     checks.append(ports_check)
     if settings.hold > 0:
         comm.Barrier()
@@ -243,6 +252,7 @@ def run_preflight(
         checks=tuple(checks),
         pingpong=tuple(figures),
         listen_ports=listening,
+        sockets=tuple(sorted(sockets or (), key=lambda s: (s.local_port, s.remote_address, s.remote_port))),
     )
     gathered = comm.gather(mine.to_dict(), root=0)
     report: PreflightReport | None = None

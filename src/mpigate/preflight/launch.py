@@ -299,6 +299,10 @@ def run_local(
     report = _parse_report(stdout)
     if report is None:
         problems.append(f"no preflight report on {Path(mpirun).name}'s standard output")
+    if report is not None:
+        # What each rank saw of itself at its barrier (every connection of the checks still open)
+        # joins what the sampler caught: on a busy host the sampler can miss a short window.
+        sockets = sockets | {s for rank in report.ranks for s in rank.sockets}
     confinement = analyse(sockets, PortRanges.from_profile(judge)) if judge is not None else None
     return LocalRun(
         argv=tuple(argv),

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 __all__ = [
     "TCP_STATES",
@@ -151,9 +151,36 @@ class ObservedSocket:
             "remote": None if self.listening else _endpoint(self.remote_address, self.remote_port),
         }
 
+    @staticmethod
+    def from_dict(data: Mapping[str, object]) -> ObservedSocket:
+        """The inverse of :meth:`to_dict` (a rank's own sockets travel in its report)."""
+        family = str(data["family"])
+        if family not in ("ipv4", "ipv6"):
+            raise ValueError(f"unknown socket family {family!r}")
+        local_address, local_port = _split_endpoint(str(data["local"]))
+        remote = data.get("remote")
+        # a listener's remote end, as the kernel's table has it
+        unspecified = ("0.0.0.0" if family == "ipv4" else "::", 0)
+        remote_address, remote_port = _split_endpoint(str(remote)) if remote is not None else unspecified
+        return ObservedSocket(
+            pid=int(str(data["pid"])),
+            process=str(data["process"]),
+            family=cast(Family, family),
+            local_address=local_address,
+            local_port=local_port,
+            remote_address=remote_address,
+            remote_port=remote_port,
+            state=str(data["state"]),
+        )
+
 
 def _endpoint(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def _split_endpoint(endpoint: str) -> tuple[str, int]:
+    address, _, port = endpoint.rpartition(":")
+    return address.removeprefix("[").removesuffix("]"), int(port)
 
 
 def _read(path: Path) -> str | None:

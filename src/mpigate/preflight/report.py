@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+from .portwatch import ObservedSocket
+
 __all__ = [
     "CHECKS",
     "CheckResult",
@@ -82,6 +84,9 @@ class RankReport:
     checks: tuple[CheckResult, ...]
     pingpong: tuple[PingPong, ...] = ()  # measured by rank 0 against this rank
     listen_ports: tuple[int, ...] = ()  # non-loopback TCP listeners of this rank (IPv4 and IPv6)
+    # Every TCP socket of this rank, seen by the rank itself after the checks, while every
+    # connection they made is open (the launcher's sampler may miss short windows on a busy host)
+    sockets: tuple[ObservedSocket, ...] = ()
 
     def check(self, name: str) -> CheckResult | None:
         return next((c for c in self.checks if c.name == name), None)
@@ -98,6 +103,7 @@ class RankReport:
             "checks": [c.to_dict() for c in self.checks],
             "pingpong": [p.to_dict() for p in self.pingpong],
             "listenPorts": list(self.listen_ports),
+            "sockets": [s.to_dict() for s in self.sockets],
         }
 
     @staticmethod
@@ -109,6 +115,7 @@ class RankReport:
             checks=tuple(CheckResult.from_dict(c) for c in data.get("checks", ())),
             pingpong=tuple(PingPong.from_dict(p) for p in data.get("pingpong", ())),
             listen_ports=tuple(int(p) for p in data.get("listenPorts", ())),
+            sockets=tuple(ObservedSocket.from_dict(s) for s in data.get("sockets", ())),
         )
 
 
