@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tracemalloc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from aiohttp import web
 
+import mpigate.admission.kube as kube
 import mpigate.admission.live as live
-from mpigate.admission.kube import LIST_PAGE_SIZE, LIST_RESTARTS, KubeClient, KubeConfig
-from mpigate.admission.live import JobCache
+from mpigate.admission.kube import LIST_PAGE_SIZE, LIST_RESTARTS, KubeClient, KubeConfig, KubeError
+from mpigate.admission.live import MPIJOBS, TRAINJOBS, JobCache, is_active
 
 from .conftest import wait_for
 
@@ -215,3 +218,99 @@ async def test_lookups_see_the_previous_list_until_the_new_one_is_complete(
         assert cache.active_jobs(team) == active(after, "alpha") + active(after, "beta")
     finally:
         await cache.stop()
+
+
+def heavy_job(i: int) -> dict[str, Any]:
+    """A listed TrainJob as ``kubectl apply`` leaves it: spec, managedFields, last-applied copy."""
+    obj = job(f"team-{i % 7}", f"job-{i}")
+    obj["spec"] = {
+        "runtimeRef": {"name": "mpi"},
+        "trainer": {"numNodes": 4, "env": [{"name": "A", "value": "b"}]},
+    }
+    obj["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(obj)}
+    obj["metadata"]["managedFields"] = [
+        {"manager": "kubectl", "fieldsV1": {f"f:field{n}": {} for n in range(150)}}
+    ]
+    obj["status"] = {
+        "conditions": [{"type": "Suspended", "status": "False"}],
+        "jobsStatus": [{"name": "node"}],
+    }
+    return obj
+
+
+def test_a_page_is_decoded_into_the_fields_the_cache_keeps() -> None:
+    # A full parse made every object of the page (several times its size in Python objects, and
+    # enough containers to start the garbage collector's full collections on the serving loop);
+    # the decode makes only what decides whether a job is active.
+    raw = json.dumps(
+        {"metadata": {"resourceVersion": "7", "continue": "c"}, "items": [heavy_job(i) for i in range(100)]}
+    ).encode()
+    decoder = kube._page_decoder(live._ListedJob)
+    tracemalloc.start()
+    try:
+        page = kube._decode_page(raw, "/x", decoder, live._active_names)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (page.resource_version, page.continue_token) == ("7", "c")
+    assert len(page.items) == 100 and ("team-3", "job-3") in page.items
+    assert peak < len(raw) / 4, (peak, len(raw))
+
+
+def test_a_listed_job_is_active_exactly_when_is_active_says_so() -> None:
+    deleting = job("a", "deleting")
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-26T00:00:00Z"
+    variants = [
+        job("a", "plain"),
+        job("a", "complete", finished=True),
+        deleting,
+        {
+            "metadata": {"name": "x", "namespace": "a"},
+            "status": {"conditions": [{"type": "Failed", "status": "False"}]},
+        },
+        {
+            "metadata": {"name": "y", "namespace": "a"},
+            "status": {"conditions": [{"type": "Failed", "status": "True"}]},
+        },
+        {
+            "metadata": {"name": "z", "namespace": "a"},
+            "status": {"conditions": [{"type": "Succeeded", "status": "True"}]},
+        },
+        {"metadata": {"name": "w", "namespace": "a"}, "status": {}},
+        {"metadata": {"name": "cluster-scoped"}},
+    ]
+    raw = json.dumps({"metadata": {}, "items": variants}).encode()
+    for kind in (TRAINJOBS, MPIJOBS):
+        reduce = lambda items, kind=kind: live._active_names(items, kind)  # noqa: E731
+        page = kube._decode_page(raw, "/x", kube._page_decoder(live._ListedJob), reduce)
+        expected = [
+            (v["metadata"]["namespace"], v["metadata"]["name"])
+            for v in variants
+            if "namespace" in v["metadata"] and is_active(v, kind)
+        ]
+        assert page.items == expected, kind.kind
+        assert page.continue_token == "" and page.resource_version == ""
+
+
+async def test_a_page_that_is_not_a_list_of_jobs_is_an_error_that_says_where(
+    api: tuple[FakeApi, KubeClient],
+) -> None:
+    fake, client = api
+    bad = jobs(5)
+    bad[3]["metadata"]["name"] = 17  # not a name
+    fake.snapshots = [bad]
+    errors: list[tuple[str, str]] = []
+    cache = JobCache(client, on_error=lambda s, r: errors.append((s, r)), backoff=(30, 30))
+    cache.start()
+    try:
+        await wait_for(lambda: errors)
+        assert errors[0] == ("trainjobs", "bad-response")
+        assert not cache.synced
+        assert "$.items[3].metadata.name" in (cache.last_error or ""), cache.last_error
+    finally:
+        await cache.stop()
+
+
+def test_a_page_that_is_not_json_is_an_error() -> None:
+    with pytest.raises(KubeError, match="not JSON"):
+        kube._decode_page(b'{"items": [', "/x", kube._page_decoder(live._ListedJob), live._active_names)

@@ -3,12 +3,12 @@
 Two sources, each with the access pattern that suits it:
 
 - **Active jobs** (TrainJobs and MPIJobs) per namespace come from one watch-backed cache per kind
-  (:class:`JobCache`): a paginated LIST (pages parsed one at a time, only names kept), then a
-  WATCH from its ``resourceVersion`` (bookmarks on),
-  re-watching from the last seen version when the server ends the stream and relisting on ``410
-  Gone``. A lookup is a dictionary read; counting every admission with a LIST would load the API
-  server. MPIJobs are optional: where the MPI Operator's CRD is not installed (LIST answers 404)
-  there are none, and the cache lists again after the longest backoff.
+  (:class:`JobCache`): a paginated LIST (pages decoded one at a time into the few fields that
+  decide whether a job is active, only names kept), then a WATCH from its ``resourceVersion``
+  (bookmarks on), re-watching from the last seen version when the server ends the stream and
+  relisting on ``410 Gone``. A lookup is a dictionary read; counting every admission with a LIST
+  would load the API server. MPIJobs are optional: where the MPI Operator's CRD is not installed
+  (LIST answers 404) there are none, and the cache lists again after the longest backoff.
 - **The team's Kueue ClusterQueue** (spec quota, ``status.flavorsReservation``) is read with a
   GET through the LocalQueue the job is submitted to, cached briefly so that a burst of
   submissions costs one request. Kueue updates reservations continuously; a watch of every
@@ -29,6 +29,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
+
+import msgspec
 
 from mpigate.config import Config, parse_quantity
 from mpigate.config.queueing import kueue_amount
@@ -125,22 +127,51 @@ def is_active(obj: Mapping[str, Any], kind: JobKind = TRAINJOBS) -> bool:
         return False
     status = obj.get("status") or {}
     conditions = status.get("conditions") if isinstance(status, dict) else None
-    for cond in conditions or []:
-        if isinstance(cond, dict) and cond.get("type") in kind.finished and cond.get("status") == "True":
-            return False
-    return True
+    return not any(
+        isinstance(cond, dict) and _ends(kind, cond.get("type"), cond.get("status"))
+        for cond in conditions or []
+    )
 
 
-def _active_names(items: list[Any], kind: JobKind = TRAINJOBS) -> list[tuple[str, str]]:
-    """``(namespace, name)`` of the active jobs of ``kind`` among a LIST page's items."""
+def _ends(kind: JobKind, condition: object, status: object) -> bool:
+    """Whether a condition ``condition`` with ``status`` ends a job of ``kind``."""
+    return condition in kind.finished and status == "True"
+
+
+# What the job cache keeps of a listed job: msgspec decodes a LIST page into these and skips every
+# other field (spec, managedFields, the rest of the status) without making objects of them
+# (KubeClient.list_pages). Not tracked by the garbage collector: they hold no cycles.
+class _Condition(msgspec.Struct, gc=False):
+    type: str = ""
+    status: str = ""
+
+
+class _JobStatus(msgspec.Struct, gc=False):
+    conditions: list[_Condition] | None = None
+
+
+class _JobMeta(msgspec.Struct, gc=False):
+    namespace: str | None = None
+    name: str | None = None
+    deletionTimestamp: str | None = None
+
+
+class _ListedJob(msgspec.Struct, gc=False):
+    metadata: _JobMeta = msgspec.field(default_factory=_JobMeta)
+    status: _JobStatus | None = None
+
+
+def _active_names(items: list[_ListedJob], kind: JobKind = TRAINJOBS) -> list[tuple[str, str]]:
+    """``(namespace, name)`` of the active jobs of ``kind`` among a LIST page's items (as
+    :func:`is_active` judges them)."""
     out: list[tuple[str, str]] = []
     for item in items:
-        if not isinstance(item, dict):
+        meta = item.metadata
+        if meta.namespace is None or meta.name is None or meta.deletionTimestamp:
             continue
-        meta = item.get("metadata") or {}
-        ns, name = meta.get("namespace"), meta.get("name")
-        if isinstance(ns, str) and isinstance(name, str) and is_active(item, kind):
-            out.append((ns, name))
+        conditions = item.status.conditions if item.status is not None else None
+        if not any(_ends(kind, cond.type, cond.status) for cond in conditions or ()):
+            out.append((meta.namespace, meta.name))
     return out
 
 
@@ -207,15 +238,16 @@ class JobCache:
             names.discard(name)
 
     async def _list(self) -> None:
-        # Paginated, each page parsed and reduced to the active jobs' names before the next is
-        # read (KubeClient.list_pages): the loop answering admissions waits at most for one page's
-        # parse, and only (namespace, name) pairs outlive it. Lookups keep reading the previous
+        # Paginated, each page decoded into the few fields of _ListedJob and reduced to the active
+        # jobs' names before the next is read (KubeClient.list_pages): the loop answering
+        # admissions waits at most for one page's decode, and only (namespace, name) pairs outlive
+        # it. Lookups keep reading the previous
         # list until the new one is complete, then see it whole.
         active: dict[str, set[str]] = {}
         rv = ""
         try:
             async for page in self._client.list_pages(
-                self._path, functools.partial(_active_names, kind=self.kind)
+                self._path, _ListedJob, functools.partial(_active_names, kind=self.kind)
             ):
                 if page.restarted:
                     active = {}
