@@ -29,7 +29,8 @@ shared with the load generator.
 always runs as one process. ``--python`` chooses the interpreter (and so the mpigate build) that
 runs the servers. ``--baseline PYTHON`` adds the target ``baseline``: ``mpigate serve`` on the same
 org run by another interpreter (another checkout's venv, e.g. main's, or another build), so that a
-change's CPU per review is printed next to the figure before it, in the same run.
+change's CPU per review is printed next to the figure before it, in the same run; with the target
+``shell`` among the targets it adds ``baseline-shell`` too (the other interpreter's HTTP path).
 
 Prints throughput, latency percentiles and errors per target and concurrency, then the goals
 (zero errors; p99 ≤ 15 ms at concurrency 10; mpigate ≥ 50 % of the no-op throughput).
@@ -305,11 +306,12 @@ def start_baseline(
     """``count`` processes of the no-op or shell server on one port (the first picks it)."""
     started: list[tuple[subprocess.Popen[bytes], int]] = []
     port = 0
+    server = "shell" if target.endswith("shell") else target
     for i in range(count):
         port_file = tmp / f"{target}-{i}.port"
         with (tmp / f"{target}-{i}.log").open("wb") as log:
             proc: subprocess.Popen[bytes] = subprocess.Popen(
-                [python, __file__, f"--{target}-server", str(port_file), str(cert), str(key), str(port)],
+                [python, __file__, f"--{server}-server", str(port_file), str(cert), str(key), str(port)],
                 stderr=log,
             )
         port = wait_port(port_file, proc)
@@ -379,6 +381,8 @@ def main() -> None:
     targets = args.targets.split(",")
     if args.baseline and "baseline" not in targets:
         targets.insert(targets.index("mpigate") if "mpigate" in targets else len(targets), "baseline")
+    if args.baseline and "shell" in targets and "baseline-shell" not in targets:
+        targets.insert(targets.index("shell"), "baseline-shell")
 
     tmp = Path(tempfile.mkdtemp(prefix="mpigate-bench-"))
     issued = issue_certificates(tmp / "certs", service="bench", namespace="bench", extra_names=("localhost",))
@@ -391,10 +395,11 @@ def main() -> None:
           f"mpigate serve --workers {args.workers}; servers run by {args.python}")  # fmt: skip
     try:
         for target in targets:
-            if target in ("noop", "shell"):
+            if target in ("noop", "shell", "baseline-shell"):
                 # The no-op runs as many processes as mpigate has workers (the shell: one).
                 count = args.workers if target == "noop" else 1
-                procs = start_baseline(tmp, target, issued.tls_cert, issued.tls_key, count, args.python)
+                python = args.baseline if target == "baseline-shell" else args.python
+                procs = start_baseline(tmp, target, issued.tls_cert, issued.tls_key, count, python)
                 proc, port = procs[0]
                 extra = [p for p, _ in procs[1:]]
             else:
@@ -411,7 +416,7 @@ def main() -> None:
                     builds[target] = "compiled" if compiled else "pure Python"
             try:
                 if requests is None:
-                    if target in ("noop", "shell"):  # the pairs are prepared through mpigate itself
+                    if target in ("noop", "shell", "baseline-shell"):  # prepared through mpigate itself
                         helper, hport, _ = start_mpigate(tmp, issued.tls_cert, issued.tls_key, audit=False)
                         requests = prepare_requests(f"https://localhost:{hport}", ca)
                         helper.send_signal(signal.SIGTERM)
@@ -455,6 +460,12 @@ def main() -> None:
                 f"server CPU per review at c={after['concurrency']}: {after['cpu_us']:.0f} µs "
                 f"(baseline {before['cpu_us']:.0f} µs, {after['cpu_us'] / before['cpu_us'] - 1:+.0%}); "
                 f"goal <= 300 µs: {'met' if after['cpu_us'] <= 300 else 'NOT met'}"
+            )
+    if "baseline-shell" in results and "shell" in results:
+        for before, after in zip(results["baseline-shell"], results["shell"], strict=True):
+            print(
+                f"the HTTP path (shell) at c={after['concurrency']}: {after['cpu_us']:.0f} µs "
+                f"(baseline {before['cpu_us']:.0f} µs, {after['cpu_us'] / before['cpu_us'] - 1:+.0%})"
             )
     if "noop" in results and "mpigate" in results:
         print()
