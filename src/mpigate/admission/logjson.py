@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 from typing import Any
 
 import orjson
@@ -28,9 +29,30 @@ def fields(**values: Any) -> dict[str, Any]:
 class JsonFormatter(logging.Formatter):
     """Formats records as single-line JSON."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        # The time's text up to the second, kept while records come within the same second.
+        self._second = -1
+        self._prefix = ""
+
+    def _time(self, created: float) -> str:
+        """``created`` as ``datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")``
+        says it (rounded to microseconds, then cut to milliseconds), without a datetime per record."""
+        # CPython's own rounding (Python/pytime.c _PyTime_DoubleToDenominator): the fraction
+        # times 10**6, rounded half to even, carried into the second.
+        fraction, whole = math.modf(created)
+        micro = round(fraction * 1e6)
+        second = int(whole)
+        if micro >= 1_000_000:
+            second, micro = second + 1, micro - 1_000_000
+        if second != self._second:
+            self._prefix = dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+            self._second = second
+        return f"{self._prefix}.{micro // 1000:03d}+00:00"
+
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "time": self._time(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),

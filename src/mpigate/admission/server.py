@@ -179,8 +179,13 @@ def _review_handler(stage: Stage) -> Callable[[web.Request], Awaitable[web.Strea
                 "content-encoding",
             )
         try:
-            async with asyncio.timeout(request.app[LIMITS_KEY].body_timeout):
+            # The API server sends a review's body with its headers: when all of it is in, there
+            # is nothing to wait for (and no deadline timer to arm and cancel).
+            if request.content.is_eof():
                 body = await request.read()
+            else:
+                async with asyncio.timeout(request.app[LIMITS_KEY].body_timeout):
+                    body = await request.read()
         except TimeoutError:
             request.app[SERVICE_KEY].metrics.connection_timeouts.labels("body").inc()
             response = _bad(

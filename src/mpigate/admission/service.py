@@ -186,40 +186,46 @@ class AdmissionService:
         self.metrics.in_flight.inc()
         try:
             with self._span(f"admission {stage}", SpanKind.SERVER) as span:
-                span.set_attribute("mpigate.stage", stage)
-                span.set_attribute("mpigate.request_id", request_id)
+                if self._traced:
+                    span.set_attribute("mpigate.stage", stage)
+                    span.set_attribute("mpigate.request_id", request_id)
                 reply = await self._review(stage, body, request_id, deadline, span)
-                span.set_attribute("mpigate.decision", reply.outcome)
-                span.set_attribute("http.response.status_code", reply.status)
-                if reply.status >= 500:
-                    span.set_status(Status(StatusCode.ERROR, reply.outcome))
+                if self._traced:
+                    span.set_attribute("mpigate.decision", reply.outcome)
+                    span.set_attribute("http.response.status_code", reply.status)
+                    if reply.status >= 500:
+                        span.set_status(Status(StatusCode.ERROR, reply.outcome))
         finally:
             self.metrics.in_flight.dec()
         elapsed = loop.time() - started
-        kind = reply.info.get("kind", "-")
-        operation = reply.info.get("operation", "-")
+        info = reply.info
+        kind = info.get("kind", "-")
+        operation = info.get("operation", "-")
         self.metrics.reviewed(stage, kind, operation, reply.outcome, elapsed)
         if reply.decision is not None and stage == "validate":
             self.metrics.count_rules(reply.decision)
         level = logging.INFO if reply.status < 500 else logging.ERROR
-        log.log(
-            level,
-            "%s %s %s/%s: %s",
-            stage,
-            operation,
-            reply.info.get("namespace") or "-",
-            reply.info.get("name") or "-",
-            reply.outcome,
-            extra=fields(
-                event="review",
-                request_id=request_id,
-                stage=stage,
-                status=reply.status,
-                decision=reply.outcome,
-                duration_ms=round(elapsed * 1000, 3),
-                **reply.info,
-            ),
-        )
+        if log.isEnabledFor(level):
+            # The line's fields built once, as one dict (``fields(**info)`` built two).
+            line = {
+                "event": "review",
+                "request_id": request_id,
+                "stage": stage,
+                "status": reply.status,
+                "decision": reply.outcome,
+                "duration_ms": round(elapsed * 1000, 3),
+            }
+            line.update(info)
+            log.log(
+                level,
+                "%s %s %s/%s: %s",
+                stage,
+                operation,
+                info.get("namespace") or "-",
+                info.get("name") or "-",
+                reply.outcome,
+                extra={"fields": line},
+            )
         return reply
 
     async def _review(self, stage: Stage, body: bytes, request_id: str, deadline: float, span: Any) -> Reply:
@@ -236,8 +242,9 @@ class AdmissionService:
             message = f"mpigate cannot judge this request: {req} (request id {request_id})"
             return Reply(200, error_response(req.uid, 400, message), "invalid", info={"uid": req.uid})
         info = _info(req)
-        for key in ("kind", "operation", "namespace", "name"):
-            span.set_attribute(f"mpigate.{key}", info.get(key) or "")
+        if self._traced:
+            for key in ("kind", "operation", "namespace", "name"):
+                span.set_attribute(f"mpigate.{key}", info.get(key) or "")
         if req.operation not in WEBHOOK_OPERATIONS[stage]:
             if stage == "mutate":  # mutation happens on CREATE only
                 return Reply(200, response_review(req.uid, allowed=True), "skipped", info=info)
