@@ -21,7 +21,14 @@ from aiohttp import web
 
 import mpigate.admission.kube as kube
 import mpigate.admission.live as live
-from mpigate.admission.kube import LIST_PAGE_SIZE, LIST_RESTARTS, KubeClient, KubeConfig, KubeError
+from mpigate.admission.kube import (
+    LIST_PAGE_SIZE,
+    LIST_RESTARTS,
+    WATCH_YIELD_BYTES,
+    KubeClient,
+    KubeConfig,
+    KubeError,
+)
 from mpigate.admission.live import MPIJOBS, TRAINJOBS, JobCache, is_active
 
 from .conftest import wait_for
@@ -48,6 +55,7 @@ class FakeApi:
     held: asyncio.Event = field(default_factory=asyncio.Event)
     gone: asyncio.Event = field(default_factory=asyncio.Event)
     current: int = 0  # the snapshot a fresh list reads
+    burst: list[dict[str, Any]] = field(default_factory=list)  # events a watch sends in one write
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         params = dict(request.query)
@@ -75,6 +83,9 @@ class FakeApi:
     async def watch(self, request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse()
         await resp.prepare(request)
+        if self.burst:
+            await resp.write(b"".join(json.dumps(event).encode() + b"\n" for event in self.burst))
+            self.burst = []
         await self.gone.wait()
         self.gone.clear()
         error = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
@@ -314,3 +325,44 @@ async def test_a_page_that_is_not_a_list_of_jobs_is_an_error_that_says_where(
 def test_a_page_that_is_not_json_is_an_error() -> None:
     with pytest.raises(KubeError, match="not JSON"):
         kube._decode_page(b'{"items": [', "/x", kube._page_decoder(live._ListedJob), live._active_names)
+
+
+async def test_a_burst_of_watch_events_lets_the_loop_serve_in_between(
+    api: tuple[FakeApi, KubeClient], monkeypatch: Any
+) -> None:
+    # A watch resumed from an old resourceVersion gets every change since in a burst; the reader
+    # hands out buffered data without suspending, so the whole burst was decoded in one go.
+    fake, client = api
+    fake.snapshots = [jobs(10)]
+    padding = "x" * 1000
+    fake.burst = [
+        {"type": "ADDED", "object": {**job("gamma", f"w{i}"), "spec": {"pad": padding}}} for i in range(600)
+    ]
+    per_yield = WATCH_YIELD_BYTES // 1000 + 2  # events of ~1 KB between two hand-backs, at most
+    ticks = 0
+
+    async def ticker() -> None:  # stands for the admissions the loop answers meanwhile
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    seen: list[int] = []  # the ticker's count when each event was applied
+    judge = live.is_active
+
+    def recorded(obj: Any, kind: Any = TRAINJOBS) -> bool:
+        if (obj.get("metadata") or {}).get("namespace") == "gamma":
+            seen.append(ticks)
+        return judge(obj, kind)
+
+    monkeypatch.setattr(live, "is_active", recorded)
+    cache = JobCache(client)
+    running = asyncio.create_task(ticker())
+    cache.start()
+    try:
+        await wait_for(lambda: cache.active_jobs(("gamma",)) == 600)
+        runs = [sum(1 for t in seen if t == tick) for tick in sorted(set(seen))]
+        assert max(runs) <= per_yield, runs
+    finally:
+        running.cancel()
+        await cache.stop()
