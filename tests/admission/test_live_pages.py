@@ -119,29 +119,43 @@ def active(items: list[dict[str, Any]], ns: str) -> int:
     return sum(1 for j in items if j["metadata"]["namespace"] == ns and "status" not in j)
 
 
+class Ticker:
+    """Stands for the admissions the loop answers meanwhile: counts the loop's turns it gets."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            self.ticks += 1
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
 async def test_the_list_is_paginated_and_the_loop_serves_between_pages(
     api: tuple[FakeApi, KubeClient], monkeypatch: Any
 ) -> None:
     fake, client = api
     fake.snapshots = [jobs(2 * LIST_PAGE_SIZE + 50)]
-    ticks = 0
-
-    async def ticker() -> None:  # stands for the admissions the loop answers meanwhile
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0)
-            ticks += 1
+    ticker = Ticker()
 
     parsed: list[tuple[int, int]] = []  # (items parsed at once, ticks so far)
     reduce = live._active_names
 
     def recorded(items: list[Any], **kind: Any) -> list[tuple[str, str]]:
-        parsed.append((len(items), ticks))
+        parsed.append((len(items), ticker.ticks))
         return reduce(items, **kind)
 
     monkeypatch.setattr(live, "_active_names", recorded)
     cache = JobCache(client)
-    running = asyncio.create_task(ticker())
+    ticker.start()
     cache.start()
     try:
         await wait_for(lambda: cache.synced)
@@ -158,7 +172,7 @@ async def test_the_list_is_paginated_and_the_loop_serves_between_pages(
         assert [n for n, _ in parsed] == [LIST_PAGE_SIZE, LIST_PAGE_SIZE, 50]
         assert parsed[0][1] < parsed[1][1] < parsed[2][1]
     finally:
-        running.cancel()
+        ticker.stop()
         await cache.stop()
 
 
@@ -339,30 +353,24 @@ async def test_a_burst_of_watch_events_lets_the_loop_serve_in_between(
         {"type": "ADDED", "object": {**job("gamma", f"w{i}"), "spec": {"pad": padding}}} for i in range(600)
     ]
     per_yield = WATCH_YIELD_BYTES // 1000 + 2  # events of ~1 KB between two hand-backs, at most
-    ticks = 0
-
-    async def ticker() -> None:  # stands for the admissions the loop answers meanwhile
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0)
-            ticks += 1
+    ticker = Ticker()
 
     seen: list[int] = []  # the ticker's count when each event was applied
     judge = live.is_active
 
     def recorded(obj: Any, kind: Any = TRAINJOBS) -> bool:
         if (obj.get("metadata") or {}).get("namespace") == "gamma":
-            seen.append(ticks)
+            seen.append(ticker.ticks)
         return judge(obj, kind)
 
     monkeypatch.setattr(live, "is_active", recorded)
     cache = JobCache(client)
-    running = asyncio.create_task(ticker())
+    ticker.start()
     cache.start()
     try:
         await wait_for(lambda: cache.active_jobs(("gamma",)) == 600)
         runs = [sum(1 for t in seen if t == tick) for tick in sorted(set(seen))]
         assert max(runs) <= per_yield, runs
     finally:
-        running.cancel()
+        ticker.stop()
         await cache.stop()
