@@ -38,16 +38,23 @@ that ``aiohttp.web_server.Server`` builds). What it follows:
 * **No load shedding by address.** Refusing newcomers from heavy addresses while the loop lags
   was tried and measured to make it worse: a refused slow client reconnects at once, and the
   accepts and closes of thousands of reconnects a second cost the loop more than holding them.
-* **Deadlines**: a TLS handshake (``handshake_timeout``), the request headers (``header_timeout``,
-  from the first byte of a request) and — enforced by the review handler — the body
-  (``body_timeout``); a connection that misses one is closed.
+* **Deadlines**: the TLS handshake (``handshake_timeout``, from accept), the request headers
+  (``header_timeout``, from the first byte of a request) and — enforced by the review handler —
+  the body (``body_timeout``); a connection that misses one is aborted (no TLS shutdown with a
+  peer that would not answer it). The handshake and header deadlines each last the same for every
+  connection, so one timer over an insertion-ordered dict watches all of them
+  (:class:`_Deadlines`) instead of a ``TimerHandle`` per connection.
+* **Nothing before the first byte**: a newcomer gets its TLS state, its task and aiohttp's
+  protocol only once it has sent something (its ClientHello is usually there already at accept);
+  until then it is a descriptor, a reader registration and a dict entry.
 * **Memory**: asyncio's TLS protocol keeps a 256 KiB receive buffer per connection (CPython
   ``Lib/asyncio/sslproto.py`` ``SSLProtocol.max_size``), ~280 KB a connection in all, which put
   4,000 slow clients past the install base's memory limit; here it is 16 KiB (one TLS record):
   ~100 KB a held connection at the benchmark's peak RSS, everything included.
 * **No storms**: an ``accept()`` that fails for lack of descriptors or memory pauses accepting
-  with backoff (as Go's ``Server.Serve`` and asyncio do), and every kind of refusal or timeout is
-  logged at most once per window (:class:`RateLimitedLog`).
+  with backoff (as Go's ``Server.Serve`` and asyncio do); any other ``accept()`` error is that
+  one connection's and is logged, not raised; every kind of refusal, error or timeout is logged at
+  most once per window (:class:`RateLimitedLog`).
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ import time
 from asyncio import sslproto
 from collections import Counter as Tally
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -97,7 +105,9 @@ class ConnectionLimits:
 
     max_connections: int = 3072
     max_connections_per_client: int = 1024
-    handshake_timeout: float = 10.0
+    # from accept: a healthy handshake takes milliseconds, and one still unfinished after a few
+    # seconds leaves the API server (10 s for the whole call) too little time anyway
+    handshake_timeout: float = 5.0
     header_timeout: float = 10.0
     body_timeout: float = 10.0
     keepalive_timeout: float = 120.0
@@ -172,19 +182,78 @@ class _TLSProtocol(sslproto.SSLProtocol):
     max_size = 16 * 1024
 
 
+class _Deadlines:
+    """Deadlines that all last ``timeout``, watched by one timer: started connections in one
+    insertion-ordered dict (so the earliest deadline is first), the timer armed for the first.
+    Starting or stopping one is a dict operation — no ``TimerHandle`` per connection, which on
+    thousands of connections is a heap of timers to push, cancel and skip."""
+
+    def __init__(self, timeout: float, expired: Callable[[_Slot], None]) -> None:
+        self.timeout = timeout
+        self._expired = expired
+        self._since: dict[_Slot, float] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self, slot: _Slot, now: float) -> None:
+        self._since.pop(slot, None)
+        self._since[slot] = now
+        if self._timer is None:
+            self._arm(now + self.timeout)
+
+    def stop(self, slot: _Slot) -> None:
+        self._since.pop(slot, None)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._since.clear()
+
+    def _arm(self, when: float) -> None:
+        # a little late, so that one firing takes every deadline of that moment
+        self._timer = asyncio.get_running_loop().call_at(when + 0.05, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        limit = time.monotonic() - self.timeout
+        while self._since:
+            slot, since = next(iter(self._since.items()))
+            if since > limit:
+                self._arm(since + self.timeout)
+                return
+            del self._since[slot]
+            self._expired(slot)
+
+
 class _Slot:
     """One admitted connection: its client address and how to close it at once."""
 
-    __slots__ = ("aborted", "client", "conn", "released", "started", "task", "transport")
+    __slots__ = (
+        "aborted",
+        "client",
+        "conn",
+        "handler",
+        "reading",
+        "released",
+        "started",
+        "task",
+        "transport",
+    )
 
     def __init__(self, client: str, conn: socket.socket) -> None:
         self.client = client
         self.conn = conn
         self.released = False
+        self.reading = False  # waiting for the client's first byte, before any TLS state exists
         self.started = False  # its task runs: the socket belongs to the transport being made
         self.aborted = False
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
+        self.handler: _GuardedHandler | None = None
+
+    def gone(self) -> bool:
+        """Whether it was closed (read again after each ``await``)."""
+        return self.aborted
 
     def abort(self) -> None:
         """Close without the TLS close_notify exchange that a hostile peer never answers
@@ -193,6 +262,9 @@ class _Slot:
         if self.transport is not None:
             self.transport.abort()
         elif not self.started:
+            if self.reading:
+                self.reading = False
+                asyncio.get_running_loop().remove_reader(self.conn.fileno())
             self.conn.close()
             if self.task is not None:
                 self.task.cancel()
@@ -208,17 +280,18 @@ class _GuardedHandler(RequestHandler):
         super().__init__(manager, **kwargs)
         self._site = site
         self._slot = slot
-        self._header_deadline: asyncio.TimerHandle | None = None
+        self._awaiting_headers = False
         self._in_request = False
         self.handshaken = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.handshaken = True
+        self._site._handshaken(self._slot)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
-        if not self._in_request and self._header_deadline is None:
+        if not self._in_request and not self._awaiting_headers:
             self._arm()  # the first byte of the next request on a kept-alive connection
         super().data_received(data)
 
@@ -246,25 +319,22 @@ class _GuardedHandler(RequestHandler):
     def skip_lingering(self) -> None:
         self._lingering_time = 0.0  # RequestHandler.start reads it after the answer is sent
 
-    def abort(self) -> None:
-        self._slot.abort()
-        self.force_close()
+    def headers_late(self) -> None:
+        self._awaiting_headers = False
+        if not self._in_request:
+            self._site._timed_out("headers", self._slot.client)
+            # the transport's connection_lost tells aiohttp (and releases the slot); aiohttp's
+            # own force_close would first try the TLS shutdown a hostile peer never answers
+            self._slot.abort()
 
     def _arm(self) -> None:
-        self._disarm()
-        self._header_deadline = self._loop.call_later(self._site.limits.header_timeout, self._headers_late)
+        self._awaiting_headers = True
+        self._site._headers.start(self._slot, time.monotonic())
 
     def _disarm(self) -> None:
-        if self._header_deadline is not None:
-            self._header_deadline.cancel()
-            self._header_deadline = None
-
-    def _headers_late(self) -> None:
-        self._header_deadline = None
-        if self._in_request:
-            return
-        self._site._timed_out("headers", self._slot.client)
-        self.abort()
+        if self._awaiting_headers:
+            self._awaiting_headers = False
+            self._site._headers.stop(self._slot)
 
 
 def request_started(request: web.BaseRequest) -> None:
@@ -330,6 +400,9 @@ class GuardedSite(web.BaseSite):
         self._queue_timer: asyncio.TimerHandle | None = None
         self._logs = RateLimitedLog(log)
         self.capacity = limits.max_connections
+        # from accept to the end of the TLS handshake; from a request's first byte to its headers
+        self._handshakes = _Deadlines(limits.handshake_timeout, self._handshake_late)
+        self._headers = _Deadlines(limits.header_timeout, self._headers_late)
 
     @property
     def name(self) -> str:
@@ -383,6 +456,13 @@ class GuardedSite(web.BaseSite):
                 conn.close()
         self._queue.clear()
         self._queued = 0
+        self._handshakes.close()
+        self._headers.close()
+        for slow in list(self._slow.values()):
+            for slot in list(slow):
+                if slot.reading:  # no transport yet: nothing else will close it
+                    self._release(slot)
+                    slot.abort()
         for task in list(self._tasks):
             task.cancel()
         self._runner._check_site(self)
@@ -399,13 +479,29 @@ class GuardedSite(web.BaseSite):
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 return
             except OSError as exc:
-                if exc.errno not in _RESOURCE_ERRNOS:
-                    raise
-                self._pause_accepting(exc)
-                return
+                if exc.errno in _RESOURCE_ERRNOS:
+                    self._pause_accepting(exc)
+                    return
+                self._accept_failed(exc)  # that one connection (Linux passes its network error)
+                continue
             self._backoff = 0.05
             conn.setblocking(False)
             self._place(conn, str(address[0]))
+
+    def _accept_failed(self, exc: OSError) -> None:
+        """An ``accept()`` error other than a lack of resources: accept(2) on Linux returns a
+        pending connection's network error (ECONNABORTED, EPROTO, EPERM from a firewall, ...),
+        after which the next connection can be accepted. One line per window, no traceback
+        (asyncio's own loop logs each as an "Exception in callback" traceback)."""
+        self._metrics.connections_refused.labels("error").inc()
+        self._logs.log(
+            logging.WARNING,
+            "accept-error",
+            "accept() failed: %s",
+            exc.strerror or exc,
+            event="accept_failed",
+            error=errno.errorcode.get(exc.errno or 0, "?"),
+        )
 
     def _pause_accepting(self, exc: OSError) -> None:
         """Out of descriptors or memory: stop accepting for a while (the kernel's listen backlog
@@ -571,15 +667,54 @@ class GuardedSite(web.BaseSite):
     # -- admitted connections ------------------------------------------------------------------
 
     def _admit(self, conn: socket.socket, client: str) -> None:
+        """Count ``conn`` in and start its handshake deadline. Its TLS state, its task and
+        aiohttp's protocol are made only once the client has sent something: until then a
+        connection is a descriptor and a dict entry (a third of a slow-client attack never sends
+        a ClientHello)."""
         slot = _Slot(client, conn)
         self._open += 1
         self._per_client[client] += 1
         self._metrics.connections_open.inc()
-        self._slow.setdefault(client, {})[slot] = time.monotonic()
-        task = asyncio.create_task(self._connect(conn, slot))
+        now = time.monotonic()
+        self._slow.setdefault(client, {})[slot] = now
+        self._handshakes.start(slot, now)
+        try:
+            waiting = not conn.recv(1, socket.MSG_PEEK)  # b"": closed already; the task sees it
+        except BlockingIOError:
+            waiting = True
+        except OSError:
+            waiting = False  # reset already: the task sees it and gives the slot back
+        if waiting:
+            slot.reading = True
+            asyncio.get_running_loop().add_reader(conn.fileno(), self._first_bytes, slot)
+        else:  # the ClientHello is here (a client that is not slow): no loop iteration lost
+            self._start(slot)
+
+    def _first_bytes(self, slot: _Slot) -> None:
+        slot.reading = False
+        asyncio.get_running_loop().remove_reader(slot.conn.fileno())
+        self._start(slot)
+
+    def _start(self, slot: _Slot) -> None:
+        slot.started = True  # the socket now belongs to the task (and the transport it makes)
+        task = asyncio.create_task(self._connect(slot.conn, slot))
         slot.task = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _handshake_late(self, slot: _Slot) -> None:
+        if slot.released:
+            return
+        self._timed_out("handshake", slot.client)
+        self._release(slot)
+        slot.abort()
+
+    def _headers_late(self, slot: _Slot) -> None:
+        if slot.handler is not None and not slot.released:
+            slot.handler.headers_late()
+
+    def _handshaken(self, slot: _Slot) -> None:
+        self._handshakes.stop(slot)
 
     async def _connect(self, conn: socket.socket, slot: _Slot) -> None:
         """Serve ``conn``: aiohttp's protocol, behind TLS when the site has a context. What
@@ -589,8 +724,11 @@ class GuardedSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         kwargs = {**server._kwargs, "loop": loop}  # what aiohttp's Server.__call__ passes
+        if slot.gone():  # closed before its task ran
+            conn.close()
+            return
         handler = _GuardedHandler(server, site=self, slot=slot, **kwargs)
-        slot.started = True
+        slot.handler = handler
         waiter: asyncio.Future[None] | None = None
         protocol: asyncio.BaseProtocol = handler
         if self._ssl_context is not None:
@@ -611,7 +749,7 @@ class GuardedSite(web.BaseSite):
             conn.close()
             self._handshake_failed(slot, exc)
             return
-        if slot.aborted:  # evicted while its transport was being made
+        if slot.gone():  # evicted while its transport was being made
             slot.transport.abort()
             return
         if waiter is None:
@@ -669,6 +807,8 @@ class GuardedSite(web.BaseSite):
         if slot.released:
             return
         slot.released = True
+        self._handshakes.stop(slot)
+        self._headers.stop(slot)
         self._busy(slot)
         self._open -= 1
         self._per_client[slot.client] -= 1

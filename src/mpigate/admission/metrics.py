@@ -107,14 +107,15 @@ class Metrics:
         self.connections_refused = Counter(
             "mpigate_admission_connections_refused",
             "Connections closed unserved: per-client (over the per-address cap), full (at the cap with"
-            " its queue full), evicted (slow, closed to admit a newcomer), resources (accept failed).",
+            " its queue full), evicted (slow, closed to admit a newcomer), resources (accept() out of"
+            " descriptors or memory), error (accept() returned a connection's network error).",
             ["reason"],
             registry=r,
         )
         self.connection_timeouts = Counter(
             "mpigate_admission_connection_timeouts",
-            "Connections closed for missing a deadline, by phase (handshake, headers, body; queue: no slot"
-            " within the handshake deadline).",
+            "Connections closed for missing a deadline, by phase (handshake: from accept to the end of the"
+            " TLS handshake; headers, body; queue: no slot within the handshake deadline).",
             ["phase"],
             registry=r,
         )
