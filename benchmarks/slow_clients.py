@@ -8,12 +8,21 @@ worst case: it has to get through the accept path the slow clients crowd) and co
 that takes longer than the API server's webhook timeout (10 s) as missed.
 
 Printed per phase: probe reviews, misses, p50/p99/max latency; the server's peak RSS against the
-install base's memory limit; the bytes it logged; connections refused and timed out (from
-/metrics); slow connections held at the end.
+install base's memory limit; the bytes it logged (and lines with a traceback); connections
+refused and timed out (from /metrics); slow connections held at the end and cut off by the
+server; the CPU seconds of the server and of the slow clients, and the machine's load average.
 
     .venv/bin/python benchmarks/slow_clients.py [--clients 3000] [--seconds 90] [--mode mixed]
-        [--per-address 100 | --one-address] [--baseline-seconds 15]
-        [--python .venv-compiled/bin/python] [--server-args --max-connections 1024 ...]
+        [--per-address 100 | --one-address] [--baseline-seconds 15] [--processes 2]
+        [--attacker-nice 0] [--python .venv-compiled/bin/python]
+        [--server-args --max-connections 1024 ...]
+
+The slow clients model other machines, so they are cheap here: ``--processes`` processes, each
+a selector loop over non-blocking sockets with one small state machine per client and the ssl
+module's own (C) handshake — no task, thread or Python TLS layer per client — and they verify
+no certificate. ``--attacker-nice N`` runs them at niceness N (19: they take only CPU the server
+leaves; 0: they compete with it for the same cores, the hardest case on one machine).
+The server's certificate is the one ``mpigate certs`` issues (ECDSA P-256, as the install guide's).
 
 ``--per-address`` spreads the slow clients over source addresses 127.0.x.y (all of 127/8 is
 loopback), as a hostile tenant's pods would; the probe comes from 127.0.0.1, as the API server
@@ -29,12 +38,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import heapq
 import json
 import multiprocessing as mp
 import os
 import random
 import re
 import resource
+import selectors
+import socket
 import ssl
 import statistics
 import sys
@@ -44,11 +57,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import trustme
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from webhook_load import REPO, http_request, start_mpigate
 
+from mpigate.admission.certs import issue_certificates
 from mpigate.admission.client import make_review
 
 WEBHOOK_TIMEOUT = 10.0  # the API server's default and maximum webhook timeoutSeconds
@@ -84,6 +96,8 @@ class Phase:
     log_bytes: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
     held_at_end: int = 0
+    attacker_cpu: float = 0.0  # CPU seconds the slow clients' processes used
+    cut: int = 0  # slow connections the server closed (each reconnected at once)
 
 
 def rss(pid: int) -> int:
@@ -100,49 +114,170 @@ def source_address(index: int, per_address: int) -> str:
     return f"127.0.{1 + n // 250}.{1 + n % 250}"
 
 
-async def slow_client(
-    index: int, port: int, ctx: ssl.SSLContext, mode: str, per_address: int, until: float, held: Any
-) -> None:
-    """Connect, then dribble; reconnect at once whenever the server cuts the connection."""
-    source = source_address(index, per_address)
-    kind = mode if mode != "mixed" else ("handshake", "headers", "body")[index % 3]
-    while time.monotonic() < until:
-        writer = None
+class SlowClient:
+    """One slow client: connect, then (unless it only holds TCP) a TLS handshake and a request
+    dribbled a few bytes a second; whenever the server cuts it off it reconnects at once. A state
+    machine on a non-blocking socket, driven by its process's selector: no task, no Python TLS
+    layer (the ssl module's C handshake), so a process can hold thousands at little CPU, as the
+    other machines of a real attack would."""
+
+    __slots__ = ("held", "index", "kind", "sock", "source", "tls", "world")
+
+    def __init__(self, world: Attack, index: int) -> None:
+        self.world = world
+        self.index = index
+        self.source = source_address(index, world.per_address)
+        self.kind = world.mode if world.mode != "mixed" else ("handshake", "headers", "body")[index % 3]
+        self.sock: socket.socket | None = None
+        self.tls: ssl.SSLSocket | None = None
+        self.held = False
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
         try:
-            if kind == "handshake":  # TCP only: never sends a ClientHello
-                reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
-            else:
-                reader, writer = await asyncio.open_connection(
-                    "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1", local_addr=(source, 0),
-                    ssl_handshake_timeout=120,
-                )  # fmt: skip
-                if kind == "headers":
-                    writer.write(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-                else:
-                    writer.write(
-                        b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                        b"Content-Length: 100000\r\n\r\n{"
-                    )
-            with held.get_lock():
-                held.value += 1
-            try:
-                while time.monotonic() < until:
-                    if kind != "handshake":
-                        writer.write(b"X-Slow: 1\r\n" if kind == "headers" else b" ")
-                        await writer.drain()
-                    try:
-                        if await asyncio.wait_for(reader.read(65536), 1.0) == b"":
-                            break  # cut off by the server
-                    except TimeoutError:
-                        continue
-            finally:
-                with held.get_lock():
-                    held.value -= 1
-        except (OSError, ssl.SSLError, TimeoutError):
-            await asyncio.sleep(0.2)
-        finally:
-            if writer is not None:
-                writer.transport.abort()
+            sock.bind((self.source, 0))
+            sock.connect_ex(("127.0.0.1", self.world.port))
+        except OSError:
+            sock.close()
+            self.world.retry(self)
+            return
+        self.sock = sock
+        self.world.sel.register(sock, selectors.EVENT_WRITE, self._connected)
+
+    def _connected(self) -> None:
+        assert self.sock is not None
+        if self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+            self._fail()
+            return
+        if self.kind == "handshake":  # TCP only: never sends a ClientHello
+            self._hold()
+            return
+        self.tls = self.world.ctx.wrap_socket(self.sock, do_handshake_on_connect=False)
+        self.world.sel.modify(self.tls, selectors.EVENT_WRITE, self._handshake)
+        self._handshake()
+
+    def _handshake(self) -> None:
+        assert self.tls is not None
+        try:
+            self.tls.do_handshake()
+        except ssl.SSLWantReadError:
+            self.world.sel.modify(self.tls, selectors.EVENT_READ, self._handshake)
+            return
+        except ssl.SSLWantWriteError:
+            self.world.sel.modify(self.tls, selectors.EVENT_WRITE, self._handshake)
+            return
+        except (OSError, ValueError):
+            self._fail()
+            return
+        first = _HEADERS if self.kind == "headers" else _BODY
+        if self._send(first):
+            self._hold()
+
+    def _hold(self) -> None:
+        conn = self.tls or self.sock
+        assert conn is not None
+        self.world.sel.modify(conn, selectors.EVENT_READ, self._readable)
+        self.held = True
+        self.world.held += 1
+        if self.kind != "handshake":
+            self.world.dribbling.add(self)
+
+    def _readable(self) -> None:
+        """Whatever the server sends (a 408) is read and dropped; its close ends the connection."""
+        conn = self.tls or self.sock
+        assert conn is not None
+        try:
+            while conn.recv(65536):
+                pass
+        except (ssl.SSLWantReadError, BlockingIOError):
+            return
+        except (OSError, ValueError):
+            pass
+        self._cut(again=True)
+
+    def dribble(self) -> None:
+        self._send(b"X-Slow: 1\r\n" if self.kind == "headers" else b" ")
+
+    def _send(self, data: bytes) -> bool:
+        assert self.tls is not None
+        try:
+            self.tls.send(data)
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+            pass  # the server reads nothing: the data waits in the kernel's buffers
+        except (OSError, ValueError):
+            self._cut(again=True)
+            return False
+        return True
+
+    def _fail(self) -> None:
+        self._cut(again=False)
+
+    def _cut(self, *, again: bool) -> None:
+        """The server closed the connection (``again``: reconnect at once) or it failed
+        (retry shortly)."""
+        conn = self.tls or self.sock
+        if conn is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.world.sel.unregister(conn)
+            conn.close()
+        self.sock = self.tls = None
+        if self.held:
+            self.held = False
+            self.world.held -= 1
+            self.world.dribbling.discard(self)
+        if again:
+            self.world.cut += 1
+            self.connect()
+        else:
+            self.world.retry(self)
+
+
+_HEADERS = b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+_BODY = (
+    b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 100000\r\n\r\n{"
+)
+
+
+@dataclass
+class Attack:
+    """One attacker process's clients and what they share."""
+
+    port: int
+    mode: str
+    per_address: int
+    ctx: ssl.SSLContext
+    sel: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
+    held: int = 0
+    cut: int = 0
+    dribbling: set[SlowClient] = field(default_factory=set)
+    waiting: list[tuple[float, int, SlowClient]] = field(default_factory=list)
+
+    def retry(self, client: SlowClient) -> None:
+        heapq.heappush(self.waiting, (time.monotonic() + 0.2, client.index, client))
+
+    def run(self, first: int, count: int, seconds: float, report: Any, slot: int) -> None:
+        until = time.monotonic() + seconds
+        for index in range(first, first + count):
+            SlowClient(self, index).connect()
+        tick = time.monotonic() + 1.0
+        while (now := time.monotonic()) < until:
+            wake = min(tick, until, self.waiting[0][0] if self.waiting else until)
+            for key, _ in self.sel.select(max(0.0, wake - now)):
+                key.data()
+            now = time.monotonic()
+            while self.waiting and self.waiting[0][0] <= now:
+                heapq.heappop(self.waiting)[2].connect()
+            if now >= tick:
+                for client in list(self.dribbling):
+                    client.dribble()
+                tick = now + 1.0
+                report.held[slot] = self.held
+        report.held[slot] = self.held
+        report.cut[slot] = self.cut
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        report.cpu[slot] = usage.ru_utime + usage.ru_stime
 
 
 def cpu_seconds(pid: int) -> float:
@@ -155,25 +290,19 @@ def attackers(
     first: int,
     count: int,
     port: int,
-    ca_file: str,
     mode: str,
     per_address: int,
     seconds: float,
-    held: Any,
+    report: Any,
+    slot: int,
     nice: int,
 ) -> None:
-    """One process of slow clients (its own event loop: the probe's latency is not theirs)."""
+    """One process of slow clients (its own selector loop: the probe's latency is not theirs)."""
     os.nice(nice)
-    resource.setrlimit(resource.RLIMIT_NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE))
-    ctx = ssl.create_default_context(cafile=ca_file)
-
-    async def run() -> None:
-        until = time.monotonic() + seconds
-        await asyncio.gather(
-            *(slow_client(first + i, port, ctx, mode, per_address, until, held) for i in range(count))
-        )
-
-    asyncio.run(run())
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False  # an attacker does not care whom it talks to
+    ctx.verify_mode = ssl.CERT_NONE
+    Attack(port, mode, per_address, ctx).run(first, count, seconds, report, slot)
 
 
 async def probe(port: int, ctx: ssl.SSLContext, requests: list[bytes], until: float, phase: Phase) -> None:
@@ -227,8 +356,14 @@ async def run_phase(
 ) -> Phase:
     phase = Phase(name)
     log_start = log.stat().st_size
-    held = mp.Value("i", 0)
     share = -(-clients // args.processes) if clients else 0
+    firsts = list(range(0, clients, share)) if clients else []
+    # per attacker process: connections held now, connections the server cut, its CPU seconds
+    report = argparse.Namespace(
+        held=mp.Array("i", len(firsts), lock=False),
+        cut=mp.Array("i", len(firsts), lock=False),
+        cpu=mp.Array("d", len(firsts), lock=False),
+    )
     procs = [
         mp.Process(
             target=attackers,
@@ -236,16 +371,15 @@ async def run_phase(
                 first,
                 min(share, clients - first),
                 port,
-                args.ca_file,
                 args.mode,
                 args.per_address,
                 seconds,
-                held,
+                report,
+                slot,
                 args.attacker_nice,
             ),
         )
-        for first in range(0, clients, share or 1)
-        if clients
+        for slot, first in enumerate(firsts)
     ]
     for proc in procs:
         proc.start()
@@ -255,7 +389,7 @@ async def run_phase(
     while time.monotonic() < until:
         phase.peak_rss = max(phase.peak_rss, rss(pid))
         await asyncio.sleep(0.5)
-    phase.held_at_end = held.value
+    phase.held_at_end = sum(report.held)
     phase.server_cpu = cpu_seconds(pid) - cpu_start
     phase.load = os.getloadavg()[0]
     phase.metrics = await metrics(port, ctx)
@@ -264,6 +398,8 @@ async def run_phase(
         proc.join(30)
         if proc.is_alive():
             proc.kill()
+    phase.attacker_cpu = sum(report.cpu)
+    phase.cut = sum(report.cut)
     phase.log_bytes = log.stat().st_size - log_start
     with log.open("rb") as lines:
         lines.seek(log_start)
@@ -288,8 +424,11 @@ def report(phase: Phase, baseline: Phase | None) -> None:
         f"{'ok' if phase.peak_rss < limit else 'OVER'}); logged {phase.log_bytes} bytes"
         f" ({phase.tracebacks} lines with a traceback)"
     )
-    print(f"slow connections held at the end: {phase.held_at_end}")
-    print(f"server CPU {phase.server_cpu:.1f} s in the phase; machine load average (1 min) {phase.load:.1f}")
+    print(f"slow connections held at the end: {phase.held_at_end}; cut off by the server: {phase.cut}")
+    print(
+        f"CPU in the phase: server {phase.server_cpu:.1f} s, slow clients {phase.attacker_cpu:.1f} s;"
+        f" machine load average (1 min) {phase.load:.1f}"
+    )
     for name, value in sorted(phase.metrics.items()):
         before = baseline.metrics.get(name, 0.0) if baseline else 0.0
         print(f"  {name} {value - before:g}" if "total" in name else f"  {name} {value:g}")
@@ -301,15 +440,11 @@ async def main_async(args: argparse.Namespace) -> int:
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(need, soft)), hard))
     tmp = Path(tempfile.mkdtemp(prefix="mpigate-slow-"))
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    cert.cert_chain_pems[0].write_to_path(str(tmp / "tls.crt"))
-    cert.private_key_pem.write_to_path(str(tmp / "tls.key"))
-    ca.cert_pem.write_to_path(str(tmp / "ca.crt"))
-    args.ca_file = str(tmp / "ca.crt")
-    ctx = ssl.create_default_context(cafile=args.ca_file)
+    # the serving certificate of the install guide (`mpigate certs`: ECDSA P-256)
+    issued = issue_certificates(tmp / "certs", service="bench", namespace="bench", extra_names=("127.0.0.1",))
+    ctx = ssl.create_default_context(cafile=str(issued.ca_cert))
     proc, port, _ = start_mpigate(
-        tmp, tmp / "tls.crt", tmp / "tls.key", audit=True, python=args.python, extra=args.server_args
+        tmp, issued.tls_cert, issued.tls_key, audit=True, python=args.python, extra=args.server_args
     )
     log = tmp / "mpigate-audit.log"
     try:
