@@ -23,7 +23,7 @@ import trustme
 
 from mpigate.admission.client import make_review
 
-from .conftest import BASE_ORG, StartWebhook, trainjob
+from .conftest import BASE_ORG, StartWebhook, trainjob, wait_for
 from .serve_process import ServeProcess
 from .test_faults import head, raw_request, status_and_body
 from .test_limits import closed_by_server, connect
@@ -228,3 +228,36 @@ async def test_an_accept_error_is_one_log_line_without_a_traceback(
     assert failed[0].exc_info is None and "Protocol error" in failed[0].getMessage()
     refused = server.metrics.connections_refused.labels("error")._value.get()
     assert refused == 5
+
+
+async def test_the_address_holding_fewest_connections_gets_its_tls_handshake_started_first(
+    start_webhook: StartWebhook, client_ssl: ssl.SSLContext
+) -> None:
+    """40 newcomers from one address and then one from another arrive together (each with its
+    ClientHello): handshakes start a bounded number per loop iteration, and the lone address's
+    goes first although it came last; every one of them is served in the end."""
+    server = await start_webhook()
+    site = server.site
+    assert site is not None
+    started: list[str] = []
+    start = site._start
+
+    def record(slot: Any) -> None:
+        started.append(slot.client)
+        start(slot)
+
+    site._start = record  # type: ignore[method-assign]
+    host, port = address(server.url)
+    hello = client_hello()
+    # blocking sockets, opened without yielding to the loop: the server accepts them all at once
+    heavy = [socket.create_connection((host, port), source_address=("127.0.0.2", 0)) for _ in range(40)]
+    lone = socket.create_connection((host, port), source_address=("127.0.0.1", 0))
+    for sock in [*heavy, lone]:
+        sock.sendall(hello)
+    await wait_for(lambda: len(started) == 41)
+    assert started[0] == "127.0.0.1", started[:3]
+    for sock in [*heavy, lone]:
+        sock.close()
+    # and a real client is answered afterwards
+    answer = await raw_request(server.url, client_ssl, head("/validate", len(REVIEW)), REVIEW)
+    assert status_and_body(answer)[0] == 200
