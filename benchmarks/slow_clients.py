@@ -331,16 +331,27 @@ async def probe(port: int, ctx: ssl.SSLContext, requests: list[bytes], until: fl
 
 
 async def metrics(port: int, ctx: ssl.SSLContext) -> dict[str, float]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1")
-    writer.write(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-    text = (await reader.read()).decode(errors="replace")
-    writer.close()
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("mpigate_admission_connection") and "_created" not in line:
-            name, _, value = line.rpartition(" ")
-            found[name] = float(value)
-    return found
+    """The server's connection metrics (a few tries: with --one-address the request shares the
+    slow clients' address and can be cut off like them)."""
+    for _ in range(5):
+        try:
+            async with asyncio.timeout(WEBHOOK_TIMEOUT):
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1"
+                )
+                writer.write(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                text = (await reader.read()).decode(errors="replace")
+                writer.close()
+        except (OSError, ssl.SSLError, TimeoutError):
+            continue
+        found: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("mpigate_admission_connection") and "_created" not in line:
+                name, _, value = line.rpartition(" ")
+                found[name] = float(value)
+        if found:
+            return found
+    return {}
 
 
 async def run_phase(
