@@ -65,16 +65,16 @@ def test_judge_does_not_assume_the_mutation(config: Config) -> None:
 def test_judge_resolves_a_job_mpigate_mutated_once(config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
     """The validating webhook's judgement of a mutated TrainJob resolves it once (the resolution
     without mpigate's entry, which checks the entry, gives the whole job's by a late merge)."""
-    import mpigate.policy.engine as engine
+    import mpigate.policy.jobcontext as jobcontext  # where a job's context resolves it
 
     calls: list[object] = []
-    real = engine.resolve
+    real = jobcontext.resolve
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(args[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "resolve", counted)
+    monkeypatch.setattr(jobcontext, "resolve", counted)
     judged = 0
     for path in EXAMPLES:
         obj = yaml.safe_load(path.read_text())
@@ -95,11 +95,11 @@ def test_judge_resolves_a_job_mpigate_mutated_once(config: Config, monkeypatch: 
 def test_the_late_merge_changes_no_decision(
     path: Path, config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import mpigate.policy.engine as engine
+    import mpigate.policy.jobs as jobs  # where judging a TrainJob merges mpigate's entry late
 
     now = dt.datetime.combine(TODAY, dt.time(12), dt.UTC)
     obj = yaml.safe_load(path.read_text())
     mutated = apply_patch(obj, evaluate(config, _input(obj), now=now).patch)
     fast = judge(config, _input(mutated), now=now)
-    monkeypatch.setattr(engine, "with_last_patch", lambda *_: None)
+    monkeypatch.setattr(jobs, "with_last_patch", lambda *_: None)
     assert judge(config, _input(mutated), now=now) == fast

@@ -17,7 +17,7 @@ from mpigate.config.mpienv import DEFAULT_IMPLEMENTATION, Implementation, as_imp
 from mpigate.trainjob import Resolution
 from mpigate.trainjob.jsontypes import is_mapping
 
-from .decision import LiveContext, Operation, UserInfo
+from .decision import AdmissionInput, LiveContext, Operation, UserInfo
 from .shapes import TRAINJOB, JobShape
 
 __all__ = [
@@ -33,6 +33,8 @@ __all__ = [
     "as_mapping",
     "as_str",
     "labels_of",
+    "request_identity",
+    "request_object",
 ]
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -63,6 +65,17 @@ def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
     """String labels of an object (non-string values are ignored)."""
     labels = as_mapping(as_mapping(obj.get("metadata")).get("labels"))
     return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def request_object(request: AdmissionInput) -> Mapping[str, Any]:
+    return request.obj if is_mapping(request.obj) else {}
+
+
+def request_identity(request: AdmissionInput, obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = as_mapping(obj.get("metadata"))
+    namespace = request.namespace or as_str(meta.get("namespace")) or ""
+    name = request.name or as_str(meta.get("name")) or as_str(meta.get("generateName")) or ""
+    return namespace, name
 
 
 @dataclass(frozen=True, slots=True)
