@@ -14,11 +14,13 @@ that the committed pages equal what this script writes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,8 @@ import yaml
 from click.testing import CliRunner
 
 from mpigate.catalogue import LibraryRule, RuleInfo, all_rules, library_rules
-from mpigate.cli import cli
+from mpigate.cli import cli, engine_commands
+from mpigate.config import Config
 from mpigate.config.schema import defaults_from
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1023,11 +1026,32 @@ def library_index(rules: list[LibraryRule]) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def trees_loaded_once() -> Iterator[None]:
+    """``mpigate explain`` loads its config tree on every call; the pages use three trees (the
+    example org, at baseline, with the library enabled) that do not change while they are generated,
+    so each is loaded and checked once and its Config (with what it compiled) serves every page."""
+    loaded: dict[Path, Config] = {}
+    original = engine_commands.load
+
+    def load_once(path: Path) -> Config:
+        key = Path(path).resolve()
+        if key not in loaded:
+            loaded[key] = original(path)
+        return loaded[key]
+
+    engine_commands.load = load_once  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        engine_commands.load = original  # type: ignore[assignment]
+
+
 def generate() -> dict[Path, str]:
     rules = list(all_rules().values())
     library = list(library_rules().values())
     out: dict[Path, str] = {OUT / "README.md": index(rules), OUT / "library.md": library_index(library)}
-    with tempfile.TemporaryDirectory() as raw:
+    with tempfile.TemporaryDirectory() as raw, trees_loaded_once():
         tmp = Path(raw)
         baseline = baseline_tree(tmp / "baseline")
         for info in rules:

@@ -163,3 +163,42 @@ def test_imports_before_the_config_package() -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_source_compiles_once_and_its_errors_are_kept_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = Environment(["object"])
+    calls: list[str] = []
+    compile_once = env._compile
+
+    def counted(source: str, limit_length: bool) -> Any:
+        calls.append(source)
+        return compile_once(source, limit_length)
+
+    monkeypatch.setattr(env, "_compile", counted)
+    program = env.compile("object.a == 1")
+    assert env.compile("object.a == 1") is program
+    assert program.evaluate(env.inputs({"object": {"a": 1}})) is True
+    for _ in range(2):
+        with pytest.raises(CompileError) as raised:
+            env.compile("object.a ==")
+        assert raised.value.issues[0].line == 1
+    # a source longer than the API server accepts is refused, but not when mpigate wraps it
+    long = " || ".join(["object.a == 1"] * 800)
+    with pytest.raises(CompileError, match="longer than"):
+        env.compile(long)
+    assert env.compile(long, limit_length=False).evaluate(env.inputs({"object": {"a": 1}})) is True
+    assert calls == ["object.a == 1", "object.a ==", long, long]
+
+
+def test_the_compiled_programs_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mpigate.cel.env as cel_env
+
+    monkeypatch.setattr(cel_env, "COMPILED_CACHE", 2)
+    env = Environment(["object"])
+    first = env.compile("1 == 1")
+    env.compile("2 == 2")
+    assert env.compile("1 == 1") is first  # used last: kept
+    env.compile("3 == 3")  # the least recently used (2 == 2) goes
+    assert env.compile("1 == 1") is first
+    assert len(env._compiled) == 2
+    assert env.compile("2 == 2").evaluate(env.inputs({})) is True

@@ -180,3 +180,24 @@ def test_audit_records_verify_and_reports_show_the_digest(tmp_path: Path) -> Non
     decisions.add_validate(record, "2026-11-22T12:00:00.000Z", "research-team", ("c", 1, "h"))
     (row,) = [r for r in decisions.rules_section({}) if r["rule"] == "ACME-OWNER-LABEL"]
     assert row["digests"] == [digest] and row["controls"] == ["CC6.1"] and row["denied"] == 1
+
+
+def test_a_reload_of_the_same_tree_compiles_no_expression_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the webhook's hot reload and `explain` load whole trees again: programs are kept by source
+    from mpigate.cel.env import Environment
+
+    root = _tree(tmp_path, OWNER, RUN_AS_USER)
+    first = decide(load(root, today=TODAY), smoke_job())
+    calls: list[str] = []
+    compile_source = Environment._compile
+
+    def counted(self: Environment, source: str, limit_length: bool) -> Any:
+        calls.append(source)
+        return compile_source(self, source, limit_length)
+
+    monkeypatch.setattr(Environment, "_compile", counted)
+    again = decide(load(root, today=TODAY), smoke_job())
+    assert calls == []
+    assert again.rule_ids == first.rule_ids and "ACME-OWNER-LABEL" in again.rule_ids

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +44,10 @@ PER_CALL_LIMIT = 1_000_000
 REQUEST_BUDGET = 10_000_000
 _ISSUE = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*?)(?:\n \|.*?)*(?=\nERROR: |\Z| \[[A-Z_]+\]\s*\Z)", re.S)
 _MAX_SOURCE = 10_000  # characters; Kubernetes refuses longer expressions (celconfig.MaxRequestSizeBytes)
+#: compiled programs (and compile errors) an environment keeps, least recently used first out: a
+#: config tree's expressions compile once per process, not once per load (explain per page, the
+#: webhook's hot reload), while a stream of distinct sources cannot grow it without bound
+COMPILED_CACHE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,12 +160,34 @@ class Environment:
             ],
             functions=k8slib.functions(),
         )
+        self._compiled: OrderedDict[tuple[str, bool], Program | tuple[Issue, ...]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def compile(self, source: str, *, limit_length: bool = True) -> Program:
         """Parse and type-check ``source``; :class:`CompileError` with located issues if it fails.
 
         ``limit_length``: refuse a source longer than the API server accepts (off for a program
-        mpigate builds around a checked expression)."""
+        mpigate builds around a checked expression). Programs are kept per source (the last
+        :data:`COMPILED_CACHE`): a program is immutable, so one compilation serves every load."""
+        key = (source, limit_length)
+        with self._lock:
+            found = self._compiled.get(key)
+            if found is not None:
+                self._compiled.move_to_end(key)
+        if found is None:
+            try:
+                found = self._compile(source, limit_length)
+            except CompileError as exc:
+                found = exc.issues
+            with self._lock:
+                self._compiled[key] = found
+                if len(self._compiled) > COMPILED_CACHE:
+                    self._compiled.popitem(last=False)
+        if isinstance(found, Program):
+            return found
+        raise CompileError(found)
+
+    def _compile(self, source: str, limit_length: bool) -> Program:
         if not isinstance(source, str) or not source.strip():
             raise CompileError([Issue(1, 1, "the expression is empty")])
         if limit_length and len(source) > _MAX_SOURCE:
