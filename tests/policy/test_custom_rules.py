@@ -201,3 +201,52 @@ def test_a_reload_of_the_same_tree_compiles_no_expression_again(
     again = decide(load(root, today=TODAY), smoke_job())
     assert calls == []
     assert again.rule_ids == first.rule_ids and "ACME-OWNER-LABEL" in again.rule_ids
+
+
+CAPS = """apiVersion: mpigate.io/v1alpha1
+kind: CustomRule
+metadata: {name: caps}
+spec:
+  id: ACME-CAPS
+  title: only NET_BIND_SERVICE may be added
+  match: {targets: [Pod]}
+  validations:
+    - expression: >-
+        object.spec.containers.all(c,
+        c.?securityContext.?capabilities.?add.orValue([]).all(x, x == 'NET_BIND_SERVICE'))
+      message: a capability other than NET_BIND_SERVICE is added
+"""
+
+HOST_PORTS = """apiVersion: mpigate.io/v1alpha1
+kind: CustomRule
+metadata: {name: host-ports}
+spec:
+  id: ACME-HOSTPORTS
+  title: no host ports
+  match: {targets: [Pod]}
+  validations:
+    - expression: "object.spec.containers.all(c, c.?ports.orValue([]).all(p, !has(p.hostPort)))"
+      message: a container uses a host port
+"""
+
+
+def test_rules_firing_on_one_pod_are_each_blamed_on_their_own_field(tmp_path: Path) -> None:
+    # the pod narrowed to each container (and each container without each field) is converted once
+    # and shared by every rule blamed on the pod: sharing must not carry one rule's blame to another
+    node = {
+        "name": "node",
+        "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
+        "ports": [{"containerPort": 2222, "hostPort": 2222}],
+    }
+    job = smoke_job(runtime_patch("acme.example/tuning", "node", {"containers": [node]}))
+    together = decide(load(_tree(tmp_path / "both", CAPS, HOST_PORTS, OWNER), today=TODAY), job)
+    alone = {
+        rule: decide(load(_tree(tmp_path / name, text), today=TODAY), job)
+        for rule, name, text in (("ACME-CAPS", "caps", CAPS), ("ACME-HOSTPORTS", "ports", HOST_PORTS))
+    }
+    for rule, field_name in (("ACME-CAPS", "securityContext"), ("ACME-HOSTPORTS", "ports")):
+        paths = [v.path for v in together.violations if v.rule == rule]
+        assert len(paths) == 1, together.violations
+        assert "runtimePatches[manager=acme.example/tuning]" in paths[0]
+        assert paths[0].endswith(f"containers[name=node].{field_name}"), paths[0]
+        assert paths == [v.path for v in alone[rule].violations if v.rule == rule]

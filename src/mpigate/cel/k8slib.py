@@ -83,10 +83,21 @@ def _fraction(text: str) -> Fraction:
     return Fraction(text)
 
 
+@lru_cache(maxsize=4096)
+def _approximate(text: str) -> float:
+    return float(_fraction(text))
+
+
 def _to_quantity(text: str) -> Any:
     # resource.ParseQuantity: no surrounding space, the regular expression of quantity.go
     if not isinstance(text, str) or not _QUANTITY_TEXT.match(text):
         raise ValueError(f"quantities must match the regular expression '{_QUANTITY_TEXT.pattern}'")
+    return _quantity_message(text)
+
+
+@lru_cache(maxsize=4096)
+def _quantity_message(text: str) -> Any:
+    # the binding copies a returned message into CEL, so one message per text serves every call
     return _new("kubernetes.Quantity", _quantity_text(text))
 
 
@@ -168,7 +179,7 @@ def _quantity_functions() -> list[Any]:
         ),
         _decl(
             "asApproximateFloat",
-            ("quantity_get_float", _D, [q], lambda a: float(_quantity_value(a)), True),
+            ("quantity_get_float", _D, [q], lambda a: _approximate(a.value), True),
         ),
         _decl("asInteger", ("quantity_get_int", _I, [q], _as_integer, True)),
         _decl("isInteger", ("quantity_is_integer", _B, [q], _is_integer, True)),

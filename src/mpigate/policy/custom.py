@@ -374,20 +374,21 @@ def _judge(
     )
     inputs: dict[bool, Inputs] = {}
     size = 0
+    # the pod narrowed for blame, per kind of rule (a binding sees the pod's creation request)
+    narrowed = {False: _Narrowed(base), True: _Narrowed(admission_base)}
+    custom = _custom_selection(run, target, job)
     selected = [
-        *_custom_selection(run, target, job),
+        *custom,
         *(c for c in _admission_rules(run.config) if _admits(run, c.rule, kind, base["object"])),
     ]
-    batched: dict[int, list[tuple[CompiledPolicy, Outcome]]] | None = None
+    batched: _Batched | None = None
     for compiled in selected:
         rule = compiled.rule
         admission = rule.admission is not None
-        if batched:
-            known = batched.get(id(compiled))
-            if known is not None:
-                for by, result in known:
-                    yield from _outcome_findings(run, rule, by, result, base, where, job, notes)
-                continue
+        if batched is not None and id(compiled) in batched.members:
+            for by, result in batched.found.get(id(compiled), ()):
+                yield from _outcome_findings(run, rule, by, result, narrowed[False], where, job, notes)
+            continue
         values = admission_base if admission else base
         if admission not in inputs:
             if not size:
@@ -399,11 +400,10 @@ def _judge(
                 yield Finding(rule.id, where, f"{rule.title}: {exc}", "", str(exc)[:100])
                 return
         if not admission and batched is None:
-            batched = _batched(run, env, inputs[False], selected) if len(selected) > 1 else {}
-            known = batched.get(id(compiled))
-            if known is not None:
-                for by, result in known:
-                    yield from _outcome_findings(run, rule, by, result, base, where, job, notes)
+            batched = _batched(run, env, inputs[False], custom)
+            if id(compiled) in batched.members:
+                for by, result in batched.found.get(id(compiled), ()):
+                    yield from _outcome_findings(run, rule, by, result, narrowed[False], where, job, notes)
                 continue
         policies = compiled.policies(run.team, run.namespace)
         binding = rule.admission
@@ -425,7 +425,7 @@ def _judge(
                     if value not in values_seen:
                         values_seen.append(value)
         for owner, outcome in outcomes:
-            yield from _outcome_findings(run, rule, owner, outcome, values, where, job, notes)
+            yield from _outcome_findings(run, rule, owner, outcome, narrowed[admission], where, job, notes)
 
 
 def _outcome_findings(
@@ -433,7 +433,7 @@ def _outcome_findings(
     rule: CustomRule,
     owner: CompiledPolicy | None,
     outcome: Outcome,
-    values: Mapping[str, Any],
+    narrowed: _Narrowed,
     where: str,
     job: EffectiveJob | None,
     notes: list[str],
@@ -443,53 +443,52 @@ def _outcome_findings(
     if outcome.kind == "ignored-error":
         notes.append(f"[{rule.id}] not evaluated (failurePolicy Ignore): {outcome.message}")
         return
-    paths = _blame(run, owner, outcome, values, where, job) if owner is not None else [where or "(object)"]
+    paths = _blame(run, owner, outcome, narrowed, where, job) if owner is not None else [where or "(object)"]
     for path in paths:
         yield _finding(rule, outcome, path)
 
 
-def _batched(
-    run: _Run, env: Environment, inputs: Inputs, selected: list[_Compiled]
-) -> dict[int, list[tuple[CompiledPolicy, Outcome]]]:
-    """The outcomes of the CustomRules of ``selected`` evaluated as one program (a list of their
+@dataclass(frozen=True, slots=True)
+class _Batched:
+    """The CustomRules judged by one list program on an object (``members``: ``id`` of each
+    compiled rule) and the outcomes of those that did not pass."""
+
+    members: frozenset[int]
+    found: Mapping[int, list[tuple[CompiledPolicy, Outcome]]]
+
+
+_NOT_BATCHED = _Batched(frozenset(), {})
+
+
+def _batched(run: _Run, env: Environment, inputs: Inputs, custom: tuple[_Compiled, ...]) -> _Batched:
+    """The outcomes of the CustomRules of ``custom`` evaluated as one program (a list of their
     validations): one call into CEL per object instead of one per validation. Only rules without
     match conditions; when the list fails (one expression's error fails it) or its cost bound
     exceeds the per-call limit, its rules are evaluated one by one, as if it had not run — the
-    result is the same either way. Keyed by ``id`` of the rule (its compiled form)."""
-    plan = _batch_plan(run, env, selected)
+    result is the same either way."""
+    plan = _batch_plan(run, env, custom)
     if plan is None:
-        return {}
-    members, batch = plan
-    bound = batch.cost.at(inputs.size)
+        return _NOT_BATCHED
+    bound = plan.program.cost.at(inputs.size)
     if bound > run.budget.per_call and any(
-        v.expression.program.cost.at(inputs.size) > run.budget.per_call
-        for _, programs in members
-        for p in programs
-        for v in p.validations
+        v.expression.program.cost.at(inputs.size) > run.budget.per_call for _, _, v in plan.elements
     ):
-        return {}  # one of them is stopped on its own
+        return _NOT_BATCHED  # one of them is stopped on its own
     trial = Budget(run.budget.remaining, float("inf"))
     try:
-        results = batch.evaluate(inputs, trial)
+        results = plan.program.evaluate(inputs, trial)
     except EvalError:
-        return {}
+        return _NOT_BATCHED
     if not isinstance(results, list):  # pragma: no cover - a list literal is a list
-        return {}
+        return _NOT_BATCHED
     run.budget.remaining = trial.remaining
-    out: dict[int, list[tuple[CompiledPolicy, Outcome]]] = {}
-    position = 0
-    for compiled, programs in members:
-        found: list[tuple[CompiledPolicy, Outcome]] = []
-        for program in programs:
-            for validation in program.validations:
-                result = results[position]
-                position += 1
-                if result is not True:
-                    outcome = program.judged(inputs, validation, result, run.budget)
-                    if outcome is not None:
-                        found.append((program, outcome))
-        out[id(compiled)] = found
-    return out
+    found: dict[int, list[tuple[CompiledPolicy, Outcome]]] = {}
+    for (member, program, validation), result in zip(plan.elements, results, strict=True):
+        if result is not True:
+            outcome = program.judged(inputs, validation, result, run.budget)
+            if outcome is not None:
+                found.setdefault(member, []).append((program, outcome))
+    return _Batched(plan.members, found)
 
 
 _MAX_CACHED = 4096  # selections and batches kept per config (beyond: computed per request)
@@ -547,37 +546,42 @@ def _admission_rules(config: Config) -> tuple[_Compiled, ...]:
     return found
 
 
-_Plan = tuple[tuple[tuple["_Compiled", tuple[CompiledPolicy, ...]], ...], Program]
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """CustomRules judged together: their validations as one list program."""
+
+    members: frozenset[int]
+    program: Program
+    #: (``id`` of the compiled rule, its program, the validation) of each element of the list
+    elements: tuple[tuple[int, CompiledPolicy, Validation], ...]
 
 
-def _batch_plan(run: _Run, env: Environment, selected: list[_Compiled]) -> _Plan | None:
-    """The programs of ``selected`` judged together and their list program, once per config, team
-    and set of rules (compiled on first use; None: fewer than two)."""
+def _batch_plan(run: _Run, env: Environment, custom: tuple[_Compiled, ...]) -> _Plan | None:
+    """The programs of the CustomRules ``custom`` judged together and their list program, once per
+    config, team and set of rules (compiled on first use; None: fewer than two)."""
     team = run.team.name if run.team is not None else None
-    rules = tuple(c for c in selected if c.rule.admission is None)
-    key = (team, tuple(id(c) for c in rules))
+    key = (team, tuple(map(id, custom)))
     cache = _cache(run.config, "policy.custom.batches")
     if key in cache:
         found: _Plan | None = cache[key]
         return found
-    members = tuple(
-        (c, tuple(c.policies(run.team, run.namespace)))
-        for c in rules
+    members = [
+        (c, c.policies(run.team, run.namespace))
+        for c in custom
         if all(
             not p.match_conditions and not p.audit_annotations for p in c.policies(run.team, run.namespace)
         )
-    )
+    ]
     plan: _Plan | None = None
     if len(members) > 1:
-        source = (
-            "["
-            + ", ".join(v.expression.program.source for _, ps in members for p in ps for v in p.validations)
-            + "]"
-        )
+        elements = tuple((id(c), p, v) for c, ps in members for p in ps for v in p.validations)
+        source = "[" + ", ".join(v.expression.program.source for _, _, v in elements) + "]"
         try:
-            plan = (members, env.compile(source, limit_length=False))
+            program = env.compile(source, limit_length=False)
         except CompileError:  # pragma: no cover - each part compiled on its own
-            plan = None
+            program = None
+        if program is not None:
+            plan = _Plan(frozenset(id(c) for c, _ in members), program, elements)
     if len(cache) < _MAX_CACHED:
         cache[key] = plan
     return plan
@@ -604,7 +608,7 @@ def _blame(
     run: _Run,
     policy: CompiledPolicy,
     outcome: Outcome,
-    base: Mapping[str, Any],
+    narrowed: _Narrowed,
     where: str,
     job: EffectiveJob | None,
 ) -> list[str]:
@@ -612,7 +616,7 @@ def _blame(
     if job is None or validation is None:
         field = validation.field_path if validation is not None else ""
         return [f"{where}{'.' if where and field else ''}{field}" if field else (where or "(object)")]
-    items = _blamed_items(run, policy, validation, base)
+    items = _blamed_items(run, policy, validation, narrowed)
     paths: list[str] = []
     picks: list[tuple[str, int, str] | None] = list(items) or [None]
     for pick in picks:
@@ -626,44 +630,68 @@ def _blame(
     return list(dict.fromkeys(paths))
 
 
+@dataclass
+class _Narrowed:
+    """One object's pod with one list narrowed — to nothing, to one item, or to one item without one
+    field — as CEL inputs: converted on first use and shared by every rule blamed on the pod (each
+    conversion costs more than an evaluation)."""
+
+    base: Mapping[str, Any]
+    #: the cost bound's n: a narrowed pod is no larger than the pod, so it is measured once
+    size: int = 0
+    inputs: dict[tuple[str, int, str | None], Inputs | None] = field(default_factory=dict)
+
+    def get(self, run: _Run, list_field: str, index: int, removed: str | None) -> Inputs | None:
+        """The inputs with ``list_field`` narrowed to item ``index`` (-1: none) without its field
+        ``removed`` (None: whole); None when they cannot be represented in CEL."""
+        key = (list_field, index, removed)
+        if key in self.inputs:
+            return self.inputs[key]
+        pod = self.base["object"]
+        spec = pod.get("spec") or {}
+        if not self.size:
+            self.size = max(run.shared_size, input_size(pod))
+        items: list[Any] = []
+        if index >= 0:
+            item = spec[list_field][index]
+            items.append(item if removed is None else {n: v for n, v in item.items() if n != removed})
+        narrowed = {**pod, "spec": {**spec, list_field: items}}
+        try:
+            found: Inputs | None = _environment().inputs({**self.base, "object": narrowed}, self.size)
+        except EvalError:
+            found = None
+        self.inputs[key] = found
+        return found
+
+
 def _blamed_items(
-    run: _Run, policy: CompiledPolicy, validation: Validation, base: Mapping[str, Any]
+    run: _Run, policy: CompiledPolicy, validation: Validation, narrowed: _Narrowed
 ) -> list[tuple[str, int, str]]:
     """The items (containers, volumes...) a violation comes from — each alone still violates, and
     the pod without that list does not — and, within an item, the fields whose removal mends it
     (``""``: the item as a whole); only evaluated for a violation, never on a passing pod."""
     env = _environment()
-    pod = base["object"]
-    spec = pod.get("spec") or {}
+    spec = narrowed.base["object"].get("spec") or {}
     out: list[tuple[str, int, str]] = []
-    # a narrowed pod is no larger than the pod: its n is measured once
-    size = max(run.shared_size, input_size(pod))
 
-    def violates(items: list[Any], list_field: str) -> bool:
-        narrowed = {**pod, "spec": {**spec, list_field: items}}
-        try:
-            verdict = policy.check(
-                env, env.inputs({**base, "object": narrowed}, size), validation, run.budget
-            )
-        except EvalError:
+    def violates(list_field: str, index: int, removed: str | None = None) -> bool:
+        inputs = narrowed.get(run, list_field, index, removed)
+        if inputs is None:
             return False
+        verdict = policy.check(env, inputs, validation, run.budget)
         return verdict is not None and verdict.kind == "violation"
 
     for list_field in _LISTS:
         items = spec.get(list_field)
         if not isinstance(items, list) or len(items) < 1:
             continue
-        if violates([], list_field):
+        if violates(list_field, -1):
             continue  # the violation does not come from this list (a pod's volumes for its containers)
         for index, item in enumerate(items):
-            if not violates([item], list_field):
+            if not violates(list_field, index):
                 continue
             keys = (
-                [
-                    k
-                    for k in item
-                    if k != "name" and not violates([{n: v for n, v in item.items() if n != k}], list_field)
-                ]
+                [k for k in item if k != "name" and not violates(list_field, index, k)]
                 if isinstance(item, dict)
                 else []
             )
