@@ -504,7 +504,6 @@ def _custom_selection(run: _Run, target: str, job: EffectiveJob | None) -> tuple
     shape (target, operation, team, namespace, classification, replicated job, the labels rules
     name)."""
     config = run.config
-    rules = [c for c in _by_target(config)[target] if c.rule.admission is None]
     label_keys = _label_keys(config)
     key = (
         target,
@@ -520,8 +519,9 @@ def _custom_selection(run: _Run, target: str, job: EffectiveJob | None) -> tuple
     if found is None:
         found = tuple(
             c
-            for c in rules
-            if c.applies(
+            for c in _by_target(config)[target]
+            if c.rule.admission is None
+            and c.applies(
                 target, run.request.operation, run.team, run.namespace, run.labels, run.classification, job
             )
         )
@@ -639,9 +639,10 @@ class _Narrowed:
     base: Mapping[str, Any]
     #: the cost bound's n: a narrowed pod is no larger than the pod, so it is measured once
     size: int = 0
-    inputs: dict[tuple[str, int, str | None], Inputs | None] = field(default_factory=dict)
+    # keyed by (list, index, field): a field's key is whatever the object has (a YAML key may be a number)
+    inputs: dict[tuple[str, int, Any], Inputs | None] = field(default_factory=dict)
 
-    def get(self, run: _Run, list_field: str, index: int, removed: str | None) -> Inputs | None:
+    def get(self, run: _Run, list_field: str, index: int, removed: Any) -> Inputs | None:
         """The inputs with ``list_field`` narrowed to item ``index`` (-1: none) without its field
         ``removed`` (None: whole); None when they cannot be represented in CEL."""
         key = (list_field, index, removed)
@@ -674,7 +675,7 @@ def _blamed_items(
     spec = narrowed.base["object"].get("spec") or {}
     out: list[tuple[str, int, str]] = []
 
-    def violates(list_field: str, index: int, removed: str | None = None) -> bool:
+    def violates(list_field: str, index: int, removed: Any = None) -> bool:
         inputs = narrowed.get(run, list_field, index, removed)
         if inputs is None:
             return False
