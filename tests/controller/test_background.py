@@ -5,7 +5,9 @@ that would now be refused is kept from admission (its Workload deactivated), an 
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import logging
 import re
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -320,10 +322,10 @@ def test_the_install_base_grants_what_the_audit_calls_and_deletes_only_its_repor
     }
     for group, plural in (("wgpolicyk8s.io", "policyreports"), ("openreports.io", "reports")):
         for resource in (plural, "cluster" + plural):
-            needed |= {(group, resource, v) for v in ("list", "create", "patch", "delete")}
+            needed |= {(group, resource, v) for v in ("list", "create", "get", "patch", "delete")}
     assert needed <= granted, needed - granted
-    for rule in role["rules"]:  # patch and delete of the reports named mpigate only
-        if {"patch", "delete"} & set(rule["verbs"]) and rule["apiGroups"] != ["kueue.x-k8s.io"]:
+    for rule in role["rules"]:  # get, patch and delete of the reports named mpigate only
+        if {"get", "patch", "delete"} & set(rule["verbs"]) and rule["apiGroups"] != ["kueue.x-k8s.io"]:
             assert rule["resourceNames"] == ["mpigate"]
     state = one("Role", "mpigate-controller-audit-state", "mpigate-system")
     assert rules(state) == {("", "configmaps", v) for v in ("get", "patch", "create")}
@@ -397,3 +399,91 @@ async def test_the_report_shows_standing_violations_at_period_end_and_when_resol
     whole = section(None, None)
     assert whole["atPeriodEnd"] == 0 and whole["resolvedInPeriod"] == 1
     assert whole["resolved"][0]["resolved"] == "2026-11-25T12:00:00.000Z"
+
+
+async def test_a_report_edited_or_deleted_by_someone_else_is_rewritten_at_the_next_pass(
+    org: Org, client: KubeClient, kmock: kmock_lib.KubernetesEmulator
+) -> None:
+    """The pass compares with what is stored, not with what it last wrote: an edit or a deletion
+    by someone else is put right although nothing in the policy or the cluster changed."""
+    a = auditor(org, client, FlakyRecorder())
+    a_job(kmock, org, "big")
+    org.edit(*CUT)
+    await a.run_pass("config")
+    written = report(kmock)
+    [result] = written["results"]
+    assert result["policy"] == "MPG-Q001"
+
+    edited_body = copy.deepcopy(written)
+    edited_body["results"], edited_body["summary"]["fail"] = [], 0
+    kmock.objects[REPORTS, "nlp-team", "mpigate"] = edited_body  # someone else's edit
+    assert report(kmock)["results"] == []
+    edited = await a.run_pass("interval")
+    assert edited is not None and edited.reports_written == 1 and edited.opened == 0
+    assert report(kmock)["results"] == written["results"]
+    assert report(kmock)["summary"] == written["summary"]
+
+    kmock.objects[REPORTS, "nlp-team", "mpigate"].delete()  # type: ignore[attr-defined]
+    assert report(kmock) is None
+    deleted = await a.run_pass("interval")
+    assert deleted is not None and deleted.reports_written == 1
+    assert report(kmock)["results"] == written["results"]
+
+    unchanged = await a.run_pass("interval")
+    assert unchanged is not None and unchanged.reports_written == 0
+
+
+async def test_a_report_of_mpigates_name_that_mpigate_does_not_own_is_never_overwritten(
+    org: Org, client: KubeClient, kmock: kmock_lib.KubernetesEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    foreign = {
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": "PolicyReport",
+        "metadata": {
+            "name": "mpigate",
+            "namespace": "nlp-team",
+            "labels": {"app.kubernetes.io/managed-by": "someone-else"},
+        },
+        "summary": {"pass": 7},
+        "results": [{"policy": "theirs", "result": "pass"}],
+    }
+    kmock.objects[REPORTS, "nlp-team", "mpigate"] = copy.deepcopy(foreign)
+    a = auditor(org, client, FlakyRecorder())
+    a_job(kmock, org, "big")
+    org.edit(*CUT)
+    with caplog.at_level(logging.WARNING, logger="mpigate.controller.background"):
+        done = await a.run_pass("config")
+    assert done is not None and done.opened == 1 and done.reports_written == 0
+    assert report(kmock) == foreign  # neither patched nor taken for mpigate's
+    assert any("is not mpigate's" in r.getMessage() and "nlp-team" in r.getMessage() for r in caplog.records)
+    writes = a.metrics.registry.get_sample_value(
+        "mpigate_controller_report_writes_total", {"api": "wgpolicyk8s.io/v1alpha2", "result": "foreign"}
+    )
+    assert writes == 1
+    # the job gone: nothing to report in nlp-team, and still the foreign object is not deleted
+    kmock.objects[TJ, "nlp-team", "big"].delete()  # type: ignore[attr-defined]
+    again = await a.run_pass("interval")
+    assert again is not None and again.reports_deleted == 0
+    assert report(kmock) == foreign
+
+
+async def test_a_field_the_api_server_drops_does_not_rewrite_the_report_at_every_pass(
+    org: Org, client: KubeClient, kmock: kmock_lib.KubernetesEmulator
+) -> None:
+    """What the API server stored of the last write counts as written: a server that prunes a field
+    the report carries (an older CRD) is not sent the same report again at each pass."""
+    a = auditor(org, client, FlakyRecorder())
+    create = a.api.create
+
+    async def pruning_create(collection: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        pruned = copy.deepcopy(dict(body))
+        del pruned["summary"]["skip"]
+        return await create(collection, pruned)
+
+    a.api.create = pruning_create  # type: ignore[method-assign]
+    a_job(kmock, org, "big")
+    first = await a.run_pass("start")
+    assert first is not None and first.reports_written == 1
+    assert "skip" not in report(kmock)["summary"]
+    second = await a.run_pass("interval")
+    assert second is not None and second.reports_written == 0

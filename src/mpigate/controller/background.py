@@ -27,8 +27,13 @@ expires, and every ``spec.backgroundAudit.interval`` (OrgPolicy).
   now be refused is kept from being admitted by deactivating its Kueue Workload
   (``spec.active: false``; Kueue: apis/kueue/v1beta2/workload_types.go ``WorkloadSpec.Active``),
   never deleted, and the deactivation is audited. An admitted job is never stopped: it is reported.
-- **Reports** (:mod:`.policyreport`): one per namespace and one for the cluster's runtimes, bounded,
-  rewritten only when they change; reports of namespaces with nothing left to report are deleted.
+- **Reports** (:mod:`.policyreport`): one per namespace and one for the cluster's runtimes, bounded.
+  Each pass lists mpigate's reports as stored and rewrites only those that differ from what the
+  pass found — so a report someone else edited or deleted is put right at the next pass — and
+  deletes those of namespaces with nothing left to report. A report is mpigate's when it carries
+  the label ``app.kubernetes.io/managed-by: mpigate``; an object of the same name without it is
+  never overwritten nor deleted (a warning, and ``mpigate_controller_report_writes_total`` with
+  ``result="foreign"``).
 """
 
 from __future__ import annotations
@@ -57,7 +62,9 @@ from .api import ControllerApi, configmap_path
 from .events import EventPoster
 from .kinds import TRAINJOB, JobKind
 from .metrics import ControllerMetrics
+from .netpol import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from .policyreport import (
+    CLUSTER_KIND,
     MANAGED_LABELS,
     NAMESPACED_KIND,
     REPORT_NAME,
@@ -180,8 +187,11 @@ class BackgroundAuditor:
         self.standing: dict[ObjectRef, dict[str, Standing]] = {}
         self._loaded = False
         self._state_dirty = False
-        # (api, namespace or None) -> digest of the report last written
-        self._written: dict[tuple[str, str | None], str] = {}
+        # (api, namespace or None) -> (what the pass wanted, what the API server stored of it) at the
+        # last write: a server that prunes or defaults a field is not rewritten at every pass
+        self._written: dict[tuple[str, str | None], tuple[str, str]] = {}
+        # (api, namespace or None) of reports named mpigate that mpigate does not own (warned once)
+        self._foreign: set[tuple[str, str | None]] = set()
         self._lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ state
@@ -642,26 +652,32 @@ class BackgroundAuditor:
         reports: Mapping[str | None, ReportBuilder],
         done: AuditPass,
     ) -> None:
+        """Make the stored reports say what this pass found (see the module docstring)."""
         for api in settings.report_apis:
-            written: set[str | None] = set()
+            try:
+                stored = await self._stored_reports(api, reports, config.revision)
+            except KubeError as exc:
+                if exc.status == 404:
+                    log.warning("%s reports are not served (CRD not installed?): not published", api)
+                    self.metrics.report_writes.labels(api, "unavailable").inc()
+                else:
+                    log.warning("listing %s reports failed: %s (none written this pass)", api, exc)
+                    self.metrics.report_writes.labels(api, "error").inc()
+                continue
             for namespace, builder in reports.items():
                 body = builder.body(api, config.revision)
-                written.add(namespace)
                 key = (api, namespace)
-                fingerprint = digest(body)
-                if self._written.get(key) == fingerprint:
+                wanted = digest(_content(body, body))
+                found = stored.pop(namespace, None)
+                if found is not None and (
+                    found.content == wanted or self._written.get(key) == (wanted, found.content)
+                ):
+                    continue  # as this pass would write it, or as the API server kept our last write
+                written = await self._write(api, namespace, body, found)
+                if written is None:
                     continue
-                try:
-                    await self._write(api, namespace, body)
-                except KubeError as exc:
-                    if exc.status == 404:
-                        log.warning("%s reports are not served (CRD not installed?): not published", api)
-                        self.metrics.report_writes.labels(api, "unavailable").inc()
-                        break
-                    log.warning("writing report %s in %s failed: %s", api, namespace or "(cluster)", exc)
-                    self.metrics.report_writes.labels(api, "error").inc()
-                    continue
-                self._written[key] = fingerprint
+                self._written[key] = (wanted, digest(_content(written, body)))
+                self._foreign.discard(key)
                 done.reports_written += 1
                 self.metrics.report_writes.labels(api, "written").inc()
                 omitted = sum(builder.results()[1].values())
@@ -673,44 +689,109 @@ class BackgroundAuditor:
                         omitted,
                         builder.max_results,
                     )
-            done.reports_deleted += await self._delete_stale(api, written)
+            for namespace in stored:  # mpigate's, where nothing was judged this pass
+                try:
+                    await self.api.delete(f"{report_collection(api, namespace)}/{REPORT_NAME}")
+                except KubeError as exc:
+                    log.warning("deleting report %s in %s failed: %s", api, namespace or "(cluster)", exc)
+                    continue
+                self._written.pop((api, namespace), None)
+                done.reports_deleted += 1
         self.metrics.report_results_omitted.set(sum(sum(b.results()[1].values()) for b in reports.values()))
 
-    async def _write(self, api: str, namespace: str | None, body: Mapping[str, Any]) -> None:
-        path = f"{report_collection(api, namespace)}/{REPORT_NAME}"
+    async def _stored_reports(
+        self, api: str, reports: Mapping[str | None, ReportBuilder], revision: str
+    ) -> dict[str | None, _Stored]:
+        """mpigate's reports of ``api`` as stored now, by namespace (None: the cluster's): each
+        with its resourceVersion and what it says where this pass writes (listed page by page;
+        the label selector narrows the list on a real API server, the labels are checked here)."""
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED_LABELS.items())
+        out: dict[str | None, _Stored] = {}
+        for cluster, collection in (
+            (True, report_collection(api, None)),
+            (False, f"/apis/{api}/{NAMESPACED_KIND[api][1]}"),
+        ):
+            async for page in self.api.pages(collection, label_selector=selector):
+                for report in page:
+                    meta = _meta(report)
+                    where = None if cluster else str(meta.get("namespace") or "")
+                    if meta.get("name") != REPORT_NAME or where == "" or not _owned(report):
+                        continue
+                    builder = reports.get(where)
+                    content = digest(_content(report, builder.body(api, revision))) if builder else ""
+                    version = meta.get("resourceVersion")
+                    out[where] = _Stored(version if isinstance(version, str) else "", content)
+        return out
+
+    async def _write(
+        self, api: str, namespace: str | None, body: Mapping[str, Any], found: _Stored | None
+    ) -> dict[str, Any] | None:
+        """Merge-patch mpigate's stored report (on the resourceVersion listed: a change made since
+        is not overwritten, the next pass compares again) or create it; the object the API server
+        stored, or None when it was not written (logged and counted)."""
+        collection = report_collection(api, namespace)
+        where = namespace or "(cluster)"
         try:
-            await self.api.merge_patch(path, body)
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
+            if found is not None:
+                patch: dict[str, Any] = dict(body)
+                if found.resource_version:
+                    patch["metadata"] = {**body["metadata"], "resourceVersion": found.resource_version}
+                return await self.api.merge_patch(f"{collection}/{REPORT_NAME}", patch)
             meta = dict(body["metadata"])
             meta["annotations"] = {k: v for k, v in meta["annotations"].items() if v is not None}
-            await self.api.create(report_collection(api, namespace), {**body, "metadata": meta})
-
-    async def _delete_stale(self, api: str, written: set[str | None]) -> int:
-        """Delete mpigate's reports of namespaces where nothing was judged this pass."""
-        deleted = 0
-        selector = ",".join(f"{k}={v}" for k, v in MANAGED_LABELS.items())
-        for namespace, collection in (
-            (None, report_collection(api, None)),
-            ("", f"/apis/{api}/{NAMESPACED_KIND[api][1]}"),
-        ):
             try:
-                async for page in self.api.pages(collection, label_selector=selector):
-                    for report in page:
-                        meta = _meta(report)
-                        if meta.get("name") != REPORT_NAME:
-                            continue
-                        where = str(meta.get("namespace")) if namespace == "" else None
-                        if where in written or (namespace == "" and not meta.get("namespace")):
-                            continue
-                        await self.api.delete(f"{report_collection(api, where)}/{REPORT_NAME}")
-                        self._written.pop((api, where), None)
-                        deleted += 1
+                return await self.api.create(collection, {**body, "metadata": meta})
             except KubeError as exc:
-                if exc.status != 404:
-                    log.warning("listing %s reports failed: %s", api, exc)
-        return deleted
+                if exc.status != 409:
+                    raise
+            existing = await self.api.get(f"{collection}/{REPORT_NAME}")
+            if existing is not None and _owned(existing):  # created since the listing: mpigate's
+                return await self.api.merge_patch(f"{collection}/{REPORT_NAME}", body)
+        except KubeError as exc:
+            log.warning("writing report %s in %s failed: %s", api, where, exc)
+            self.metrics.report_writes.labels(api, "error").inc()
+            return None
+        if (api, namespace) not in self._foreign:
+            self._foreign.add((api, namespace))
+            log.warning(
+                "%s %s %r in %s exists and is not mpigate's (no label %s=%s): left as it is, and the "
+                "results of %s are not published there; rename or remove that object",
+                api,
+                NAMESPACED_KIND[api][0] if namespace else CLUSTER_KIND[api][0],
+                REPORT_NAME,
+                where,
+                MANAGED_BY_LABEL,
+                MANAGED_BY_VALUE,
+                where,
+            )
+        self.metrics.report_writes.labels(api, "foreign").inc()
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """One of mpigate's reports as listed: its resourceVersion and a digest of what it says."""
+
+    resource_version: str
+    content: str
+
+
+def _owned(report: Mapping[str, Any]) -> bool:
+    """Whether the report is mpigate's: it carries mpigate's managed-by label."""
+    return _labels(report).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+
+
+def _content(obj: Any, patch: Any) -> Any:
+    """What of ``obj`` the JSON merge patch ``patch`` would set or remove (RFC 7386): ``obj``
+    restricted to the keys of ``patch``, nested mappings alike, absent and null values left out.
+    Equal for the stored object and for the patch itself exactly when the patch changes nothing."""
+    if not isinstance(patch, Mapping) or not isinstance(obj, Mapping):
+        return obj
+    return {
+        k: obj[k] if v is None else _content(obj[k], v)
+        for k, v in patch.items()
+        if k in obj and obj[k] is not None
+    }
 
 
 def interval_wait(config: Config | None, now: dt.datetime) -> tuple[float, str]:

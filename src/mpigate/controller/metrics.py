@@ -149,7 +149,8 @@ class ControllerMetrics:
         )
         self.report_writes = Counter(
             "mpigate_controller_report_writes",
-            "Policy reports written, by API and result (written, error, unavailable: the API is not served).",
+            "Policy reports written, by API and result (written, error, unavailable: the API is not served, "
+            "foreign: an object of the report's name that mpigate does not own, left as it is).",
             ["api", "result"],
             registry=r,
         )
