@@ -373,7 +373,42 @@ def _validate(
         return [Finding("." + path, exc.message)], "kubernetes"
     except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as exc:
         return [Finding(".", str(exc.message if hasattr(exc, "message") else exc))], "kubernetes"
+    if api_version == "v1" and kind == "ResourceQuota":
+        return _quota_findings(obj), "kubernetes"
     return [], "kubernetes"
+
+
+# kubernetes pkg/apis/core/helper/helpers.go standardQuotaResources (IsStandardQuotaResourceName)
+_STANDARD_QUOTA = frozenset(
+    f"{prefix}{name}"
+    for prefix, names in (
+        ("", ("cpu", "memory", "ephemeral-storage", "pods", "resourcequotas", "services", "secrets")),
+        ("", ("replicationcontrollers", "persistentvolumeclaims", "configmaps")),
+        ("", ("services.nodeports", "services.loadbalancers")),
+        ("requests.", ("cpu", "memory", "storage", "ephemeral-storage")),
+        ("limits.", ("cpu", "memory", "ephemeral-storage")),
+    )
+    for name in names
+)
+
+
+def _quota_findings(obj: Mapping[str, Any]) -> list[Finding]:
+    """What the OpenAPI schema cannot say about a ResourceQuota's ``spec.hard`` keys, as the API
+    server validates them (kubernetes pkg/apis/core/validation/validation.go
+    ValidateResourceQuotaResourceName): a qualified name (apimachinery IsQualifiedName), and a
+    standard quota resource when it has no prefix (``count/<resource>.<group>`` counts objects)."""
+    findings = []
+    for key in (obj.get("spec") or {}).get("hard") or {}:
+        prefix, slash, name = key.rpartition("/")
+        qualified = (
+            len(name) <= 63
+            and bool(_LABEL_NAME.match(name))
+            and (not slash or (len(prefix) <= 253 and bool(re.match(DNS_SUBDOMAIN, prefix))))
+        )
+        standard = bool(slash) or key in _STANDARD_QUOTA or key.startswith("requests.hugepages-")
+        if not (qualified and standard):
+            findings.append(Finding(".spec.hard", f"invalid quota resource name {key!r}"))
+    return findings
 
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

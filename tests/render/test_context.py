@@ -43,6 +43,7 @@ def test_team_without_cohort_or_cpu_quota(base: Config) -> None:
     # twice what Kueue can admit (pods, GPUs): room for terminating pods; cpu/memory are Kueue's
     assert beta["resource_quota"]["hard"] == {
         "count/trainjobs.trainer.kubeflow.org": "40",  # 4 × maxConcurrentJobs
+        "count/mpijobs.kubeflow.org": "40",
         "pods": "220",
         "requests.nvidia.com/gpu": "8",
     }

@@ -13,7 +13,7 @@ import yaml
 
 from mpigate.config import Config, load
 from mpigate.config.loader import REVISION_FILE
-from mpigate.config.queueing import queue_view
+from mpigate.config.queueing import STORED_JOB_COUNTS, queue_view
 from mpigate.render import MARKER_FILE, RenderError, Rendering, render, write_tree
 from tests.conftest import FIXTURES, REPO, TODAY
 
@@ -239,6 +239,7 @@ def test_resource_quota_backstop_and_limit_range(example_rendering: Rendering) -
     quota = _one(example_rendering, "ResourceQuota", "mpigate-team-quota", "cv-team-dev")
     assert quota["spec"]["hard"] == {
         "count/trainjobs.trainer.kubeflow.org": "40",  # maxStoredJobs default: 4 × maxConcurrentJobs 10
+        "count/mpijobs.kubeflow.org": "40",  # MPIJobs as well, each kind up to maxStoredJobs
         "pods": "220",  # 2 × the pod quota 10 × (8 + 3)
         "requests.nvidia.com/gpu": "64",  # 2 × what Kueue can admit on h100-us (32)
     }
@@ -246,6 +247,41 @@ def test_resource_quota_backstop_and_limit_range(example_rendering: Rendering) -
     assert limits["spec"]["limits"] == [
         {"defaultRequest": {"cpu": "500m", "memory": "1Gi"}, "type": "Container"}
     ]
+
+
+def test_the_backstop_counts_every_kind_of_job_the_webhook_judges(example_rendering: Rendering) -> None:
+    """TrainJobs and the MPI Operator's MPIJobs alike (MPG-Q007 counts both): each job kind the
+    webhook is sent and the controller looks after has its object count in every team namespace's
+    quota, at maxStoredJobs, named as the API server's quota admission names it
+    (count/<resource>.<group>, k8s.io/apiserver ObjectCountQuotaResourceNameFor)."""
+    from mpigate.admission.routes import ROUTED
+    from mpigate.controller.kinds import KINDS
+
+    job_kinds = {k.kind for k in KINDS}
+    counts = {f"count/{plural}.{group}" for group, plural, kind, _ in ROUTED if kind in job_kinds}
+    assert (
+        counts
+        == {f"count/{k.plural}.{k.group}" for k in KINDS}
+        == {
+            "count/trainjobs.trainer.kubeflow.org",
+            "count/mpijobs.kubeflow.org",
+        }
+    )
+    config = load(REPO, revision="test", today=TODAY)
+    quotas = _objects(example_rendering, "ResourceQuota")
+    namespaces = {ns for t in config.teams.values() for ns in t.namespaces}
+    assert {q["metadata"]["namespace"] for q in quotas} == namespaces
+    for quota in quotas:
+        team = config.team_for_namespace(quota["metadata"]["namespace"])
+        assert team is not None
+        for name in counts:
+            assert quota["spec"]["hard"].get(name) == str(team.max_stored_jobs), (team.name, name)
+
+
+@pytest.mark.upstream
+def test_the_trainjob_count_names_the_upstream_crds_resource(upstream: Path) -> None:
+    crd = yaml.safe_load((upstream / "trainer" / "crds" / "trainer.kubeflow.org_trainjobs.yaml").read_text())
+    assert f"count/{crd['spec']['names']['plural']}.{crd['spec']['group']}" in STORED_JOB_COUNTS
 
 
 def test_resource_quota_cannot_starve_an_admitted_job(example_rendering: Rendering) -> None:

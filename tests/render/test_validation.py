@@ -90,6 +90,12 @@ def test_crd_validation_catches_what_the_api_server_would_reject(
 
 def test_core_validation_rejects_unknown_fields_and_bad_labels(example_rendering: Rendering) -> None:
     quota = copy.deepcopy(next(o.data for o in example_rendering.objects if o.key.kind == "ResourceQuota"))
+    assert validate_object(quota, None) == ([], "kubernetes")
+    for bad in ("count/mpi jobs.kubeflow.org", "mpijobs", "count/", "count/" + "x" * 64):
+        wrong = copy.deepcopy(quota)
+        wrong["spec"]["hard"][bad] = "1"
+        found = [f.message for f in validate_object(wrong, None)[0]]
+        assert found == [f"invalid quota resource name {bad!r}"], bad
     quota["spec"]["hardd"] = quota["spec"].pop("hard")
     assert validate_object(quota, None)[0]
     namespace = copy.deepcopy(next(o.data for o in example_rendering.objects if o.key.kind == "Namespace"))

@@ -28,6 +28,7 @@ __all__ = [
     "LIMIT_RANGE_DEFAULT_REQUESTS",
     "PREEMPTION",
     "QUEUEING_STRATEGY",
+    "STORED_JOB_COUNTS",
     "QueueView",
     "kueue_amount",
     "kueue_configuration",
@@ -53,6 +54,14 @@ LIMIT_RANGE_DEFAULT_REQUESTS: Final[Mapping[str, str]] = MappingProxyType({"cpu"
 # GPUs): the admitted jobs' pods plus as many again of preempted or finished jobs' pods that still
 # terminate when Kueue admits the next ones (a ResourceQuota counts them until they are gone).
 BACKSTOP_HEADROOM: Final = 2
+# The object counts of the backstop: every kind of job the webhook judges (TrainJobs; the MPI
+# Operator's MPIJobs, admission/routes.py ROUTED), each at TeamQuota.maxStoredJobs. A quota's
+# object count names a resource without its version, as the API server's quota admission counts it
+# for any resource, custom ones included (k8s.io/apiserver pkg/quota/v1/generic/evaluator.go
+# ObjectCountQuotaResourceNameFor; pkg/admission/plugin/resourcequota/controller.go
+# (*quotaEvaluator).Evaluate creates the evaluator). One ResourceQuota line counts one resource, so
+# each kind may keep maxStoredJobs objects; MPG-Q007 counts the running ones of both together.
+STORED_JOB_COUNTS: Final = ("count/trainjobs.trainer.kubeflow.org", "count/mpijobs.kubeflow.org")
 # Every rendered ClusterQueue's queueing and preemption (templates/cluster/clusterqueues.yaml.j2).
 QUEUEING_STRATEGY: Final = "BestEffortFIFO"
 PREEMPTION: Final[Mapping[str, Any]] = MappingProxyType(

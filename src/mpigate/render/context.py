@@ -22,6 +22,7 @@ from mpigate.config.queueing import (
     LIMIT_RANGE_DEFAULT_REQUESTS,
     PREEMPTION,
     QUEUEING_STRATEGY,
+    STORED_JOB_COUNTS,
     pod_quota,
     queue_view,
     region_flavor_name,
@@ -227,10 +228,8 @@ def team_context(config: Config, team: Team, today: dt.date) -> dict[str, Any]:
     # Kueue admits the next: a ResourceQuota equal to Kueue's quota would refuse the pods of a job
     # Kueue admitted. cpu and memory are left to Kueue (it counts a container that states only
     # limits at the LimitRange's default request, below what the pod will request).
-    hard: dict[str, Any] = {
-        "count/trainjobs.trainer.kubeflow.org": str(team.max_stored_jobs),
-        "pods": str(pods * BACKSTOP_HEADROOM),
-    }
+    hard: dict[str, Any] = {name: str(team.max_stored_jobs) for name in STORED_JOB_COUNTS}
+    hard["pods"] = str(pods * BACKSTOP_HEADROOM)
     for resource, ceiling in sorted(gpu_ceilings.items()):
         hard[f"requests.{resource}"] = str(ceiling * BACKSTOP_HEADROOM)
 
