@@ -5,6 +5,7 @@ warned — and that dry runs store nothing."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import subprocess
@@ -191,14 +192,21 @@ def test_mutated_job_update_patch_and_delete(kubectl, cluster: Cluster) -> None:
         f"mpigate denied TrainJob nlp-team/{name}:\n  [MPG-Q005] "
     ), patch.stderr
     assert "Remove the label (mpigate sets nlp-team) or use one of: nlp-team." in patch.stderr
-    # suspending releases resources: routed to validate.release (failurePolicy Ignore), allowed
+    # suspending releases resources: routed to validate.release (failurePolicy Ignore), allowed. The
+    # job is stored suspended (mpigate's mutation) until Kueue admits it: Kueue's controller lifts
+    # the suspension first (written to storage, as its own write would be), so the patch is a change.
+    running = copy.deepcopy(cluster.api.get("trainer.kubeflow.org", "trainjobs", "nlp-team", name))
+    assert running is not None and running["spec"]["suspend"] is True
+    running["spec"]["suspend"] = False
+    cluster.api.put(running)
+    seen = len(cluster.api.outcomes)
     suspend = kubectl(
         "patch", "trainjob", name, "-n", "nlp-team", "--type=merge", "-p", '{"spec":{"suspend":true}}'
     )
     assert (suspend.returncode, suspend.stdout) == (0, f"trainjob.trainer.kubeflow.org/{name} patched\n"), (
         suspend.stderr
     )
-    release = [o for o in cluster.api.outcomes if ("validate.release.mpigate.io", 0) in o.called]
+    release = [o for o in cluster.api.outcomes[seen:] if ("validate.release.mpigate.io", 0) in o.called]
     assert release, "the suspend went around validate.release.mpigate.io"
     deleted = kubectl("delete", "trainjob", name, "-n", "nlp-team")
     assert (deleted.returncode, deleted.stdout) == (0, f'trainjob.trainer.kubeflow.org "{name}" deleted\n')
