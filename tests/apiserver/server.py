@@ -490,6 +490,7 @@ class ApiServer:
         self, request: web.Request, user: UserInfo, resource: Resource, namespace: str, name: str
     ) -> web.StreamResponse:
         selector = request.query.get("labelSelector", "")
+        fields = _field_terms(request.query.get("fieldSelector", ""), resource)
         items = [
             obj
             for (g, p, ns, _), obj in sorted(self.storage.items())
@@ -497,6 +498,7 @@ class ApiServer:
             and p == resource.plural
             and (not namespace or ns == namespace)
             and _selects(selector, obj)
+            and all((str((obj.get("metadata") or {}).get(f) or "") == v) == eq for f, v, eq in fields)
         ]
         api_version = f"{resource.group}/{resource.version}" if resource.group else "v1"
         return web.json_response(
@@ -938,6 +940,22 @@ def _integral(value: Any) -> Any:
 
 def _not_found_path() -> StatusError:
     return StatusError(status(404, "NotFound", "the server could not find the requested resource", {}))
+
+
+def _field_terms(selector: str, resource: Resource) -> list[tuple[str, str, bool]]:
+    """A list's fieldSelector as (metadata field, value, equal) terms. Custom resources select by
+    metadata.name and, when namespaced, metadata.namespace (apiextensions-apiserver:
+    pkg/apiserver/conversion/converter.go (*crConverter).ConvertFieldLabel); any other field is the
+    API server's BadRequest (apiserver: pkg/endpoints/handlers/get.go). kubectl's delete lists by
+    metadata.name to wait for the object to be gone (kubectl 1.20's wait IsDeleted)."""
+    terms = []
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        label, op, value = term.partition("!=") if "!=" in term else term.replace("==", "=").partition("=")
+        allowed = ("metadata.name", "metadata.namespace") if resource.namespaced else ("metadata.name",)
+        if not op or label not in allowed:
+            raise StatusError(status(400, "BadRequest", f"field label not supported: {label}"))
+        terms.append((label.removeprefix("metadata."), value, op != "!="))
+    return terms
 
 
 def _selects(selector: str, obj: Mapping[str, Any]) -> bool:

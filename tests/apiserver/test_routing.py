@@ -106,3 +106,31 @@ def test_cluster_scoped_runtimes_ignore_the_namespace_selector(cluster: Cluster)
     assert (
         cluster.api.get("trainer.kubeflow.org", "clustertrainingruntimes", "", "mpi-openmpi-gpu") is not None
     )
+
+
+def test_a_list_selects_by_name_and_namespace_and_refuses_other_fields(cluster: Cluster) -> None:
+    """What kubectl delete lists to wait for an object to be gone (kubectl 1.20 waits on a list by
+    metadata.name): custom resources select by metadata.name and metadata.namespace only."""
+    keys = [("trainer.kubeflow.org", "trainjobs", "nlp-team", n) for n in ("fields-a", "fields-b")]
+    for key in keys:
+        cluster.api.put(named(OVER_QUOTA, key[3], "nlp-team"))  # stored as they are: only listed here
+
+    def names(selector: str, path: str = trainjobs_path("nlp-team")) -> list[str]:
+        reply = call(cluster, "GET", f"{path}?fieldSelector={selector}")
+        assert reply.status == 200, reply.body
+        found = [i["metadata"]["name"] for i in reply.body["items"]]
+        return [n for n in found if n.startswith("fields-")]
+
+    assert names("metadata.name=fields-a") == ["fields-a"]
+    assert names("metadata.name!=fields-a") == ["fields-b"]
+    assert names("metadata.namespace=nlp-team,metadata.name==fields-b") == ["fields-b"]
+    assert names("metadata.namespace=cv-team") == []
+    assert names("metadata.name=fields-a", "/apis/trainer.kubeflow.org/v1alpha1/trainjobs") == ["fields-a"]
+    refused = call(cluster, "GET", f"{trainjobs_path('nlp-team')}?fieldSelector=spec.suspend=true")
+    assert (refused.status, refused.body["reason"], refused.body["message"]) == (
+        400,
+        "BadRequest",
+        "field label not supported: spec.suspend",
+    )
+    for key in keys:
+        cluster.api.storage.pop(key)
