@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from mpigate.admission.kube import KubeError
+from mpigate.admission.kube import KubeError, ListPage
 
 ROOT = Path(__file__).resolve().parent.parent
 PODS_PER_JOB = 4
@@ -186,7 +186,7 @@ class FakeApi:
         self.namespaces = namespaces
         self.annotations: dict[str, dict[str, Any]] = {}
         self.requests: Counter[str] = Counter()
-        self.reports: set[str] = set()
+        self.reports: dict[str, dict[str, Any]] = {}  # path -> the report as stored
         self.cluster_queue: dict[str, Any] = {
             "metadata": {"name": "nlp-team"},
             "spec": {
@@ -241,17 +241,25 @@ class FakeApi:
 
     async def pages(
         self, path: str, *, limit: int = 500, label_selector: str | None = None
-    ) -> AsyncIterator[list[dict[str, Any]]]:
-        if not path.endswith("/trainjobs"):  # runtimes, reports: none
+    ) -> AsyncIterator[ListPage[list[dict[str, Any]]]]:
+        if "report" in path:  # the reports stored (the audit compares them with what it found)
             self.requests["list"] += 1
-            yield []
+            cluster = "/cluster" in path  # the cluster's reports, or every namespace's
+            stored = [copy.deepcopy(r) for p, r in self.reports.items() if ("/cluster" in p) == cluster]
+            yield ListPage(stored, "1", "")
+            return
+        if not path.endswith("/trainjobs"):  # runtimes: none
+            self.requests["list"] += 1
+            yield ListPage([], "1", "")
             return
         for start in range(0, self.count, limit):
             self.requests["list"] += 1
-            yield [self.job(i) for i in range(start, min(self.count, start + limit))]
+            yield ListPage([self.job(i) for i in range(start, min(self.count, start + limit))], "1", "")
 
     async def create(self, collection: str, body: Mapping[str, Any]) -> dict[str, Any]:
         self.requests["create"] += 1
+        if "report" in collection:
+            self.reports[f"{collection}/{body['metadata']['name']}"] = copy.deepcopy(dict(body))
         return dict(body)
 
     async def delete(self, path: str) -> None:
@@ -259,9 +267,11 @@ class FakeApi:
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         self.requests["patch"] += 1
-        if "/policyreports/" in path and path not in self.reports:
-            self.reports.add(path)
-            raise KubeError(f"PATCH {path}: HTTP 404", status=404)  # created at the first write
+        if "report" in path:
+            if path not in self.reports:
+                raise KubeError(f"PATCH {path}: HTTP 404", status=404)
+            self.reports[path].update(copy.deepcopy(dict(patch)))  # every field is given
+            return copy.deepcopy(self.reports[path])
         name = path.rsplit("/", 1)[1]
         if "/trainjobs/" in path:
             mine = self.annotations.setdefault(name, {})
@@ -272,6 +282,10 @@ class FakeApi:
                     mine[k] = v
             return self.job(self._index(name))
         return dict(patch)
+
+    async def write_configmap_data(self, namespace: str, name: str, binary_data: Mapping[str, str]) -> None:
+        path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
+        await self.merge_patch(path, {"binaryData": binary_data})
 
     async def namespace_labels(self, name: str) -> dict[str, str] | None:
         return {"mpigate.io/team": name} if name != "default" else {}

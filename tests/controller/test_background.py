@@ -21,7 +21,7 @@ from tests.controller.conftest import example_job
 from tests.controller.kube import TJ, alive, declare, events
 from tests.controller.test_reconciler import FlakyRecorder
 
-from mpigate.admission.kube import KubeClient, KubeConfig
+from mpigate.admission.kube import KubeClient, KubeConfig, ListPage
 from mpigate.catalogue import all_rules
 from mpigate.config import Config, load
 from mpigate.controller.api import ControllerApi
@@ -487,3 +487,33 @@ async def test_a_field_the_api_server_drops_does_not_rewrite_the_report_at_every
     assert "skip" not in report(kmock)["summary"]
     second = await a.run_pass("interval")
     assert second is not None and second.reports_written == 0
+
+
+async def test_a_restarted_list_judges_each_job_once(
+    org: Org, client: KubeClient, kmock: kmock_lib.KubernetesEmulator
+) -> None:
+    """An expired continue token restarts the list from a fresh snapshot (ControllerApi.pages): the
+    jobs of the abandoned snapshot's pages come again and are judged, counted and reported once."""
+    for i in range(3):
+        a_job(kmock, org, f"big-{i}")
+    org.edit(*CUT)
+    a = auditor(org, client, FlakyRecorder())
+    listed = a.api.pages
+
+    def pages(path: str, **kw: Any) -> AsyncIterator[ListPage[list[dict[str, Any]]]]:
+        if not path.endswith("/trainjobs"):
+            return listed(path, **kw)
+
+        async def restarted() -> AsyncIterator[ListPage[list[dict[str, Any]]]]:
+            every = [j async for p in listed(path, **kw) for j in p.items]  # one page (kmock)
+            yield ListPage(every[:2], "1", "c1")
+            yield ListPage([], "", "", restarted=True)
+            yield ListPage(every, "2", "")
+
+        return restarted()
+
+    a.api.pages = pages  # type: ignore[method-assign]
+    done = await a.run_pass("config")
+    assert done is not None and done.objects == 3 and done.opened == 3
+    assert report(kmock)["summary"]["fail"] == 3 and len(report(kmock)["results"]) == 3
+    assert gauge(a, "MPG-Q001") == 3

@@ -8,16 +8,19 @@ import datetime as dt
 from typing import Any
 
 import kmock as kmock_lib
+import pytest
+from tests.admission.test_live_pages import TJ_PATH as TRAINJOBS
+from tests.admission.test_live_pages import FakeApi, api, jobs
 from tests.controller.conftest import example_job
 from tests.controller.test_reconciler import FlakyRecorder, client, events_of, reconciler, stored_job
 
-from mpigate.admission.kube import KubeClient
+from mpigate.admission.kube import LIST_RESTARTS, KubeClient, KubeError
 from mpigate.config import Config
 from mpigate.controller.api import ControllerApi
 from mpigate.controller.kinds import TRAINJOB
 from mpigate.controller.slim import is_slim, slim_pod
 
-__all__ = ["client"]  # the fixture, shared with test_reconciler
+__all__ = ["api", "client"]  # the fixtures, shared with test_reconciler and test_live_pages
 
 TJ_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/nlp-team/trainjobs/minimal"
 
@@ -144,6 +147,48 @@ async def test_listing_follows_continue_tokens(
     }
     kmock["get", collection] << {"items": [{"n": 1}], "metadata": {"continue": "t1"}}
     api = ControllerApi(client)
-    seen = [page async for page in api.pages(collection, limit=1)]
+    seen = [page.items async for page in api.pages(collection, limit=1)]
     assert seen == [[{"n": 1}], [{"n": 2}], [{"n": 3}]]
     assert all(r.params.get("limit") == "1" for r in kmock["get", collection])
+
+
+# The controller lists through the webhook's paginated LIST (KubeClient.list_pages), against a real
+# server that pages and expires continue tokens as the API server does (tests/admission/test_live_pages).
+
+
+async def test_the_controller_lists_in_pages_of_its_size(api: tuple[FakeApi, KubeClient]) -> None:
+    fake, client = api
+    fake.snapshots = [jobs(1200)]
+    pages = [page async for page in ControllerApi(client).pages(TRAINJOBS)]
+    assert [len(p.items) for p in pages] == [500, 500, 200]  # PAGE_SIZE, not the webhook's 100
+    assert [r["limit"] for r in fake.requests] == ["500"] * 3
+    assert [j["metadata"]["name"] for p in pages for j in p.items] == [f"j{i}" for i in range(1200)]
+    assert not any(p.restarted for p in pages)
+
+
+async def test_an_expired_continue_restarts_the_controllers_list_from_a_fresh_snapshot(
+    api: tuple[FakeApi, KubeClient],
+) -> None:
+    """It used to give up until the next pass; now it lists the fresh snapshot, and says where."""
+    fake, client = api
+    fake.snapshots = [jobs(1200, "old"), jobs(700, "new")]
+    fake.expire_continues = 1
+    pages = [page async for page in ControllerApi(client).pages(TRAINJOBS)]
+    assert [(len(p.items), p.restarted) for p in pages] == [
+        (500, False),
+        (0, True),
+        (500, False),
+        (200, False),
+    ]
+    after = [j["metadata"]["name"] for p in pages[2:] for j in p.items]
+    assert after == [f"new{i}" for i in range(700)]
+
+
+async def test_a_list_that_keeps_expiring_fails_as_an_error(api: tuple[FakeApi, KubeClient]) -> None:
+    fake, client = api
+    fake.snapshots = [jobs(1200)]
+    fake.expire_continues = LIST_RESTARTS + 1
+    with pytest.raises(KubeError) as failed:
+        async for _ in ControllerApi(client).pages(TRAINJOBS):
+            pass
+    assert failed.value.status == 410

@@ -283,7 +283,13 @@ class KubeClient:
         return body
 
     async def list_pages(
-        self, path: str, item: type[ItemT], reduce: Callable[[list[ItemT]], T], *, limit: int = LIST_PAGE_SIZE
+        self,
+        path: str,
+        item: type[ItemT],
+        reduce: Callable[[list[ItemT]], T],
+        *,
+        limit: int = LIST_PAGE_SIZE,
+        label_selector: str | None = None,
     ) -> AsyncIterator[ListPage[T]]:
         """LIST ``path`` in pages of ``limit`` objects (``limit``/``continue``): each page's body is
         read without blocking, then decoded into ``item`` — a :class:`msgspec.Struct` naming only
@@ -307,12 +313,15 @@ class KubeClient:
         ``FullListIfExpired``) and the reflector relists from ``resourceVersion=""`` when even that
         expired (tools/cache/reflector.go ``(*Reflector).list``, ``relistResourceVersion``); an
         unpaginated LIST is what blocked the webhook, so it restarts paginated instead, at most
-        :data:`LIST_RESTARTS` times before the error is raised."""
+        :data:`LIST_RESTARTS` times before the error is raised. The webhook's job cache and the
+        controller (:meth:`mpigate.controller.api.ControllerApi.pages`) both list through here."""
         decoder = _page_decoder(item)
         token = ""
         restarts = 0
         while True:
             params = {"limit": str(limit)}
+            if label_selector:
+                params["labelSelector"] = label_selector
             if token:
                 params["continue"] = token
             try:

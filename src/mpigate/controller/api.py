@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from mpigate.admission.kube import KubeClient, KubeError
+from mpigate.admission.kube import KubeClient, KubeError, ListPage
 
 __all__ = [
     "MANAGED_LABELS",
@@ -80,6 +80,12 @@ def namespace_path(name: str) -> str:
     return f"/api/v1/namespaces/{name}"
 
 
+def _objects(items: list[object]) -> list[dict[str, Any]]:
+    """A LIST page's items that are objects (decoded whole: the controller reads them as the API
+    server sends them)."""
+    return [i for i in items if isinstance(i, dict)]
+
+
 @dataclass
 class TtlCache(Generic[T]):
     """Values fetched on demand and kept for ``ttl`` seconds (node and namespace labels change
@@ -134,24 +140,17 @@ class ControllerApi:
         items = answer.get("items")
         return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
-    async def pages(
+    def pages(
         self, path: str, *, limit: int = PAGE_SIZE, label_selector: str | None = None
-    ) -> AsyncIterator[list[dict[str, Any]]]:
-        """The items of a collection, one page (``limit``/``continue``) at a time, so that a caller
-        holds one page at most. A continue token that expired (410) raises :class:`KubeError`: the
-        caller lists again from the start at its next pass (the API server's advice for 410)."""
-        params: dict[str, str] = {"limit": str(limit)}
-        if label_selector:
-            params["labelSelector"] = label_selector
-        while True:
-            answer = await self.client.get(path, params)
-            items = answer.get("items")
-            yield [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
-            meta = answer.get("metadata")
-            token = meta.get("continue") if isinstance(meta, Mapping) else None
-            if not isinstance(token, str) or not token:
-                return
-            params["continue"] = token
+    ) -> AsyncIterator[ListPage[list[dict[str, Any]]]]:
+        """The objects of a collection, one page (``limit``/``continue``) at a time, so that a
+        caller holds one page at most: the webhook's paginated list
+        (:meth:`~mpigate.admission.kube.KubeClient.list_pages`). A continue token that expired
+        (410) starts the list again from a fresh snapshot, with a page marked ``restarted``: what
+        the earlier pages gave belongs to the abandoned snapshot (a caller that keeps what it
+        listed drops it, one that acts on each object skips those it has seen). Raises
+        :class:`KubeError` (also after :data:`~mpigate.admission.kube.LIST_RESTARTS` restarts)."""
+        return self.client.list_pages(path, object, _objects, limit=limit, label_selector=label_selector)
 
     async def create(self, collection: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self.client.request("POST", collection, body=body)

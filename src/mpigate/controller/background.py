@@ -271,16 +271,18 @@ class BackgroundAuditor:
         reports: dict[str | None, ReportBuilder] = {}
         usage: dict[str, QueueUsage | str] = {}
         seen: set[ObjectRef] = set()
+        # A list that restarts from a fresh snapshot (an expired continue token) gives again the
+        # objects judged already: each is judged once per pass (``seen``).
         for kind in self.kinds:
             async for page in self.api.pages(kind.collection()):
-                for job in page:
+                for job in page.items:
                     await self._judge_job(config, settings, kind, job, now, reports, usage, seen, done)
                     await asyncio.sleep(0)  # the reconciler shares this event loop
         unlisted: set[str] = set()
         for runtime_kind, path in _RUNTIMES:
             try:
                 async for page in self.api.pages(path):
-                    for runtime in page:
+                    for runtime in page.items:
                         await self._judge_runtime(
                             config, settings, runtime_kind, runtime, now, reports, seen, done
                         )
@@ -326,11 +328,13 @@ class BackgroundAuditor:
             or not await self._managed(namespace)
         ):
             return  # not a team's, or finished: what it no longer does breaks nothing
+        ref = (kind.kind, namespace, name, uid)
+        if ref in seen:
+            return  # listed again after a restarted list: judged already this pass
         queued = kind.suspended(job)
         live = await self._live(config, team, job, usage) if queued and kind is TRAINJOB else None
         request = AdmissionInput(operation="CREATE", kind=kind.kind, namespace=namespace, name=name, obj=job)
         decision = judge(config, request, live, now)
-        ref = (kind.kind, namespace, name, uid)
         seen.add(ref)
         done.objects += 1
         found = self._violations(config, team, decision.violations, namespace, name, _labels(job), now)
@@ -360,11 +364,13 @@ class BackgroundAuditor:
         team = config.team_for_namespace(namespace) if namespace else None
         if namespace and (team is None or not await self._managed(namespace)):
             return
+        ref = (runtime_kind, namespace, name, uid)
+        if ref in seen:
+            return  # listed again after a restarted list: judged already this pass
         request = AdmissionInput(
             operation="CREATE", kind=runtime_kind, namespace=namespace or None, name=name, obj=runtime
         )
         decision = judge(config, request, None, now)
-        ref = (runtime_kind, namespace, name, uid)
         seen.add(ref)
         done.objects += 1
         found = self._violations(config, team, decision.violations, namespace, name, _labels(runtime), now)
@@ -711,8 +717,11 @@ class BackgroundAuditor:
             (True, report_collection(api, None)),
             (False, f"/apis/{api}/{NAMESPACED_KIND[api][1]}"),
         ):
+            listed: dict[str | None, _Stored] = {}
             async for page in self.api.pages(collection, label_selector=selector):
-                for report in page:
+                if page.restarted:
+                    listed.clear()  # what the abandoned snapshot said
+                for report in page.items:
                     meta = _meta(report)
                     where = None if cluster else str(meta.get("namespace") or "")
                     if meta.get("name") != REPORT_NAME or where == "" or not _owned(report):
@@ -720,7 +729,8 @@ class BackgroundAuditor:
                     builder = reports.get(where)
                     content = digest(_content(report, builder.body(api, revision))) if builder else ""
                     version = meta.get("resourceVersion")
-                    out[where] = _Stored(version if isinstance(version, str) else "", content)
+                    listed[where] = _Stored(version if isinstance(version, str) else "", content)
+            out.update(listed)
         return out
 
     async def _write(

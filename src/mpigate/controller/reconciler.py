@@ -550,7 +550,9 @@ class Reconciler:
             uids = present[kind.kind] = set()
             try:
                 async for page in self.api.pages(kind.collection()):
-                    uids.update(str(_meta(i).get("uid")) for i in page)
+                    if page.restarted:
+                        uids.clear()  # the abandoned snapshot's
+                    uids.update(str(_meta(i).get("uid")) for i in page.items)
             except KubeError as exc:
                 log.warning(
                     "listing %ss failed (%s): deleted jobs are looked for again at the next resync",
@@ -675,7 +677,9 @@ class Reconciler:
             uids = present[kind.kind] = set()
             try:
                 async for page in self.api.pages(kind.collection()):
-                    for job in page:
+                    if page.restarted:
+                        uids.clear()  # the abandoned snapshot's (its jobs were reconciled: idempotent)
+                    for job in page.items:
                         uids.add(str(_meta(job).get("uid")))
                         listed.add(_key(kind, job))
                         managed, failed = await self._resync_job(kind, job)
