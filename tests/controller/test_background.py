@@ -21,7 +21,7 @@ from tests.controller.conftest import example_job
 from tests.controller.kube import TJ, alive, declare, events
 from tests.controller.test_reconciler import FlakyRecorder
 
-from mpigate.admission.kube import KubeClient, KubeConfig, ListPage
+from mpigate.admission.kube import KubeClient, KubeConfig, KubeError, ListPage
 from mpigate.catalogue import all_rules
 from mpigate.config import Config, load
 from mpigate.controller.api import ControllerApi
@@ -517,3 +517,26 @@ async def test_a_restarted_list_judges_each_job_once(
     assert done is not None and done.objects == 3 and done.opened == 3
     assert report(kmock)["summary"]["fail"] == 3 and len(report(kmock)["results"]) == 3
     assert gauge(a, "MPG-Q001") == 3
+
+
+async def test_a_report_that_conflicts_and_is_gone_is_an_error_not_someone_elses(
+    org: Org, client: KubeClient, kmock: kmock_lib.KubernetesEmulator
+) -> None:
+    """Create answers 409 but the object is gone when read: a failed write (tried again at the next
+    pass), not a report mpigate does not own."""
+    a = auditor(org, client, FlakyRecorder())
+
+    async def conflicting(collection: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        raise KubeError(f"POST {collection}: HTTP 409", status=409)
+
+    a.api.create = conflicting  # type: ignore[method-assign]
+    a_job(kmock, org, "big")
+    done = await a.run_pass("start")
+    assert done is not None and done.reports_written == 0
+
+    def writes(result: str) -> float | None:
+        return a.metrics.registry.get_sample_value(
+            "mpigate_controller_report_writes_total", {"api": "wgpolicyk8s.io/v1alpha2", "result": result}
+        )
+
+    assert writes("error") == 1 and writes("foreign") is None

@@ -755,7 +755,9 @@ class BackgroundAuditor:
                 if exc.status != 409:
                     raise
             existing = await self.api.get(f"{collection}/{REPORT_NAME}")
-            if existing is not None and _owned(existing):  # created since the listing: mpigate's
+            if existing is None:
+                raise KubeError(f"report {REPORT_NAME} in {where} conflicted and is gone", status=409)
+            if _owned(existing):  # created since the listing: mpigate's
                 return await self.api.merge_patch(f"{collection}/{REPORT_NAME}", body)
         except KubeError as exc:
             log.warning("writing report %s in %s failed: %s", api, where, exc)
