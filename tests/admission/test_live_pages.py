@@ -302,6 +302,12 @@ def test_a_listed_job_is_active_exactly_when_is_active_says_so() -> None:
             "status": {"conditions": [{"type": "Succeeded", "status": "True"}]},
         },
         {"metadata": {"name": "w", "namespace": "a"}, "status": {}},
+        # not the strings a condition has: the job keeps counting, the list does not fail
+        {
+            "metadata": {"name": "v", "namespace": "a"},
+            "status": {"conditions": [{"type": 7, "status": True}]},
+        },
+        {"metadata": {"name": "u", "namespace": "a"}, "status": {"conditions": [{"type": "Complete"}]}},
         {"metadata": {"name": "cluster-scoped"}},
     ]
     raw = json.dumps({"metadata": {}, "items": variants}).encode()

@@ -142,8 +142,10 @@ def _ends(kind: JobKind, condition: object, status: object) -> bool:
 # other field (spec, managedFields, the rest of the status) without making objects of them
 # (KubeClient.list_pages). Not tracked by the garbage collector: they hold no cycles.
 class _Condition(msgspec.Struct, gc=False):
-    type: str = ""
-    status: str = ""
+    # Any JSON value, as is_active reads them: a condition whose type or status is not the string
+    # expected does not end the job (it keeps counting) instead of failing every job's list.
+    type: Any = ""
+    status: Any = ""
 
 
 class _JobStatus(msgspec.Struct, gc=False):
@@ -241,8 +243,8 @@ class JobCache:
         # Paginated, each page decoded into the few fields of _ListedJob and reduced to the active
         # jobs' names before the next is read (KubeClient.list_pages): the loop answering
         # admissions waits at most for one page's decode, and only (namespace, name) pairs outlive
-        # it. Lookups keep reading the previous
-        # list until the new one is complete, then see it whole.
+        # it. Lookups keep reading the previous list until the new one is complete, then see it
+        # whole.
         active: dict[str, set[str]] = {}
         rv = ""
         try:
