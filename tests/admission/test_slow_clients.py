@@ -15,6 +15,7 @@ import logging
 import socket
 import ssl
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -261,3 +262,32 @@ async def test_the_address_holding_fewest_connections_gets_its_tls_handshake_sta
     # and a real client is answered afterwards
     answer = await raw_request(server.url, client_ssl, head("/validate", len(REVIEW)), REVIEW)
     assert status_and_body(answer)[0] == 200
+
+
+async def test_a_deadline_sweep_that_starts_a_connection_keeps_the_earliest_deadline_armed() -> None:
+    """A sweep's expiry can admit a queued newcomer, which starts a deadline of its own; the one
+    timer must then still be armed for the earliest deadline left, not the newcomer's."""
+    from mpigate.admission.guard import _Deadlines
+
+    now = time.monotonic()
+    expired: list[str] = []
+
+    def on_expiry(slot: Any) -> None:
+        expired.append(slot)
+        deadlines.start("newcomer", time.monotonic())  # type: ignore[arg-type]
+
+    deadlines = _Deadlines(10.0, on_expiry)
+    deadlines.start("late", now - 11.0)  # type: ignore[arg-type]
+    deadlines.start("next", now - 5.0)  # type: ignore[arg-type]
+    assert deadlines._timer is not None
+    deadlines._timer.cancel()
+    deadlines._fire()  # as the timer would
+    assert expired == ["late"]
+    assert deadlines._timer is not None
+    assert deadlines._timer.when() <= now + 5.0 + 1.0  # "next" at now + 5 s, not "newcomer" at + 10 s
+    pending = [
+        h for h in asyncio.get_running_loop()._scheduled  # type: ignore[attr-defined]
+        if not h.cancelled() and h._callback == deadlines._fire
+    ]  # fmt: skip
+    assert pending == [deadlines._timer]  # one timer, none left behind to fire for nothing
+    deadlines.close()

@@ -206,10 +206,13 @@ class _Deadlines:
         self._since.pop(slot, None)
 
     def close(self) -> None:
+        self._disarm()
+        self._since.clear()
+
+    def _disarm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._since.clear()
 
     def _arm(self, when: float) -> None:
         # a little late, so that one firing takes every deadline of that moment
@@ -221,10 +224,12 @@ class _Deadlines:
         while self._since:
             slot, since = next(iter(self._since.items()))
             if since > limit:
-                self._arm(since + self.timeout)
-                return
+                break
             del self._since[slot]
-            self._expired(slot)
+            self._expired(slot)  # may start others (a queued newcomer takes the slot)
+        self._disarm()  # armed by such a start, for a later deadline than the first
+        if self._since:
+            self._arm(next(iter(self._since.values())) + self.timeout)
 
 
 class _Slot:
