@@ -112,8 +112,9 @@ async def start_webhook(tls_files: tuple[Path, Path], org: Path) -> AsyncIterato
     servers: list[WebhookServer] = []
 
     async def start(**kwargs: Any) -> WebhookServer:
-        # A deadline no loaded machine reaches by accident; the deadline tests set their own.
-        settings = kwargs.pop("settings", ServiceSettings(deadline=30.0))
+        # A deadline and a live-context budget no loaded machine reaches by accident (the default
+        # 500 ms budget for the Kueue reads ran out at load 10); the deadline tests set their own.
+        settings = kwargs.pop("settings", ServiceSettings(deadline=30.0, live_timeout=10.0))
         options = ServeOptions(
             config=kwargs.pop("config", org),
             tls_cert=kwargs.pop("tls_cert", tls_files[0]),
