@@ -163,13 +163,16 @@ def test_the_org_replaces_the_forbidden_list(org: Path) -> None:
 
 
 def test_mpijobs_stay_off_personas_by_default_and_the_reason_says_why(org: Path) -> None:
-    """MPIJobs are judged and counted by the webhook and the quota backstop now: the default still
-    keeps them forbidden and names why, instead of claiming the webhook never sees them or that
-    nothing counts them."""
+    """MPIJobs are judged and counted by the webhook and the quota backstop, and the controller
+    looks after them as after TrainJobs: the default still keeps them forbidden and names why,
+    instead of claiming the webhook never sees them, nothing counts them or the controller keeps
+    no records of them."""
     grant_viewer(org, "[kubeflow.org]", "[mpijobs]", "[create]")
     (problem,) = errors(org)
-    assert "create on mpijobs: MPIJobs are judged and counted like TrainJobs" in problem.message
-    assert "never sees" not in problem.message and "does not count them" not in problem.message
+    assert "create on mpijobs: MPIJobs are judged, counted and looked after like TrainJobs" in problem.message
+    assert "approved runtime" in problem.message
+    for stale in ("never sees", "does not count them", "keeps neither", "lifecycle records"):
+        assert stale not in problem.message
 
 
 @pytest.mark.parametrize(
