@@ -5,7 +5,6 @@ it will be stored, UPDATE grandfathering only what the stored object already had
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
@@ -120,7 +119,7 @@ def judge_job(
                     # the entry merged in (one resolution per evaluation, not two).
                     full = with_last_patch(ctx0.resolution, obj, MPIGATE_MANAGER)
                     if full is not None:
-                        ctx = dataclasses.replace(ctx0, resolution=full)
+                        ctx = ctx0.with_resolution(full)
     elif old is not None:
         before = own_patch_entry(old)
         after = own_patch_entry(obj)

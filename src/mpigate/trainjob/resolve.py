@@ -282,7 +282,7 @@ def with_last_patch(base: Resolution, trainjob: Mapping[str, Any], manager: str)
     for job in base.jobs:
         late = pods.get(job.name)
         if late is None:
-            jobs.append(replace(job, memo={}))
+            jobs.append(job.with_template(job.template, job.layers))
             continue
         layer = Layer(
             "patch", late, (*spec_path, "replicatedJobs", Key("name", job.name), *JOB_TO_POD), "", manager
@@ -291,8 +291,8 @@ def with_last_patch(base: Resolution, trainjob: Mapping[str, Any], manager: str)
             (i for i, lay in enumerate(job.layers) if lay.kind not in ("runtime", "patch")), len(job.layers)
         )
         layers = (*job.layers[:cut], layer, *job.layers[cut:])
-        jobs.append(replace(job, template=merge_shared(job.template, late), layers=layers, memo={}))
-    return replace(base, jobs=tuple(jobs))
+        jobs.append(job.with_template(merge_shared(job.template, late), layers))
+    return base.with_jobs(tuple(jobs))
 
 
 def _late_pod_patch(pod: Mapping[str, Any], runtime_pod: Mapping[str, Any]) -> bool:
