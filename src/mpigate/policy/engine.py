@@ -62,7 +62,7 @@ from .jobcontext import OWN_MANAGER, job_context
 from .jobs import judge_job, mutation_patch
 from .kinds import unrecognized
 from .runtimes import judge_runtime
-from .verdict import audited, decide, failed_closed
+from .verdict import allowed, audited, decide, failed_closed
 
 __all__ = ["RUNTIME_KINDS", "evaluate", "judge", "mutations"]
 
@@ -162,16 +162,7 @@ def mutations(
                 config, "CREATE", obj, namespace, name, team, live, request.user, exclude=OWN_MANAGER
             )
             patch, _ = mutation_patch(ctx0, obj)
-        return Decision(
-            allowed=True,
-            operation=request.operation,
-            kind=request.kind,
-            namespace=namespace or None,
-            name=name,
-            team=team.name if team else None,
-            revision=config.revision,
-            patch=tuple(patch),
-        )
+        return allowed(config, request, namespace, name, team, patch=tuple(patch))
     except Exception:  # pragma: no cover - defensive: the fuzz tests keep this path unused
         return failed_closed(config, request, "mutating")
 

@@ -19,7 +19,7 @@ from .decision import AdmissionInput, AppliedException, Decision, Demand, Mode, 
 from .findings import Finding, short_warning
 from .requester import personas_of
 
-__all__ = ["audited", "decide", "failed_closed"]
+__all__ = ["allowed", "audited", "decide", "failed_closed"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,21 @@ def audited(
         f"{namespace + '/' if namespace else ''}{name} by {who}.",
         controls=info.controls,
     )
+    return allowed(config, request, namespace, name, team, violations=(violation,))
+
+
+def allowed(
+    config: Config,
+    request: AdmissionInput,
+    namespace: str,
+    name: str,
+    team: Team | None,
+    *,
+    violations: tuple[Violation, ...] = (),
+    patch: tuple[Mapping[str, Any], ...] = (),
+) -> Decision:
+    """An allowed decision that judged nothing: an audited DELETE/CONNECT (its MPG-LIFE-004
+    record in ``violations``) or the mutating webhook's answer (its ``patch``)."""
     return Decision(
         allowed=True,
         operation=request.operation,
@@ -48,7 +63,8 @@ def audited(
         name=name,
         team=team.name if team else None,
         revision=config.revision,
-        violations=(violation,),
+        violations=violations,
+        patch=patch,
     )
 
 
