@@ -27,6 +27,7 @@ from .rules.security import (
     check_pod_security,
     check_secrets,
     check_service_accounts,
+    config_credential_reasons,
     credential_reason,
     value_digest,
 )
@@ -126,7 +127,9 @@ def trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
         out += guarded("MPG-RT-002", lambda: check_mpi_sanity(config, resolution, root, ctx.shape, declared))
         out += guarded("MPG-SEC-PRIVILEGED", lambda: check_pod_security(org.security, resolution.jobs))
         if org.security.forbid_plaintext_secrets:
-            out += guarded("MPG-SEC-SECRETS", lambda: check_secrets(resolution.jobs))
+            out += guarded(
+                "MPG-SEC-SECRETS", lambda: check_secrets(resolution.jobs, config_credential_reasons(config))
+            )
         out += guarded("MPG-SA-001", lambda: check_service_accounts(ctx, resolution))
         if ctx.team is not None:
             team = ctx.team

@@ -56,6 +56,18 @@ def _affinity(spec: Mapping[str, object]) -> tuple[tuple[kueue.Requirement, ...]
     return tuple(terms)
 
 
+def _kueue_units(job: EffectiveJob, defaults: Mapping[str, Fraction]) -> Mapping[str, int]:
+    """One pod's requests in Kueue's integer units (computed once per job and defaults: MPG-Q001
+    asks for the pod sets again with other node counts)."""
+    key = ("kueue_units", id(defaults))  # keyed as kueue_pod_requests keys its own memo
+    found = job.memo.get(key)
+    if found is None:
+        per_pod = kueue_pod_requests(job, defaults)
+        found = job.memo[key] = {r: kueue_amount(r, v) for r, v in per_pod.items()}
+    assert isinstance(found, dict)
+    return found
+
+
 def workload_podsets(
     resolution: Resolution,
     defaults: Mapping[str, Fraction],
@@ -70,8 +82,7 @@ def workload_podsets(
         count = job.pods if nodes is None else pods_for_nodes(resolution, job, nodes, node_job)
         if count <= 0:
             continue
-        per_pod = kueue_pod_requests(job, defaults)
-        requests = {r: kueue_amount(r, v) * count for r, v in per_pod.items()}
+        requests = {r: v * count for r, v in _kueue_units(job, defaults).items()}
         selector = job.spec.get("nodeSelector")
         labels = {k: v for k, v in selector.items() if isinstance(v, str)} if is_mapping(selector) else {}
         affinity = _affinity(job.spec) if "affinity" in job.spec else None

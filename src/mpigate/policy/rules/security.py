@@ -9,21 +9,26 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from functools import cache, lru_cache
+from types import MappingProxyType
 from typing import Any
 
 from mpigate.catalogue import all_rules
+from mpigate.config import Config
 from mpigate.config.model import SecurityPolicy
 from mpigate.policy import pss
 from mpigate.policy.context import JobContext, as_mapping, as_str
 from mpigate.policy.findings import Finding
+from mpigate.policy.prepared import memoized, prepared_runtime
 from mpigate.policy.requester import personas_of, service_account_personas, usable_service_accounts
 from mpigate.trainjob import EffectiveJob, Resolution, parse_path
+from mpigate.trainjob.resolve import resolve
 
 __all__ = [
     "PSS_FIXES",
     "check_pod_security",
     "check_secrets",
     "check_service_accounts",
+    "config_credential_reasons",
     "credential_reason",
     "value_digest",
 ]
@@ -202,8 +207,33 @@ def value_digest(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def check_secrets(jobs: tuple[EffectiveJob, ...]) -> Iterator[Finding]:
-    """MPG-SEC-SECRETS on every container's literal env values (the values are never echoed)."""
+def config_credential_reasons(config: Config) -> Mapping[tuple[str, str], str | None]:
+    """:func:`credential_reason` of every literal env entry ``(name, value)`` of the config's
+    runtimes on their own (their containers' env and what Trainer's plugins add), computed once per
+    config: most env entries of a job's pods are its runtime's, and the answer is a function of the
+    pair alone."""
+
+    def build() -> Mapping[tuple[str, str], str | None]:
+        out: dict[tuple[str, str], str | None] = {}
+        for runtime in config.runtimes.values():
+            for job in resolve(None, prepared_runtime(config, runtime)).jobs:
+                for _, _, _, var in job.env():
+                    value = var.get("value")
+                    if isinstance(value, str):
+                        name = as_str(var.get("name")) or "?"
+                        if (name, value) not in out:
+                            out[(name, value)] = credential_reason(name, value)
+        return MappingProxyType(out)
+
+    found: Mapping[tuple[str, str], str | None] = memoized(config, ("policy.credential_reasons",), build)
+    return found
+
+
+def check_secrets(
+    jobs: tuple[EffectiveJob, ...], known: Mapping[tuple[str, str], str | None] | None = None
+) -> Iterator[Finding]:
+    """MPG-SEC-SECRETS on every container's literal env values (the values are never echoed).
+    ``known``: :func:`credential_reason` of pairs answered in advance (the config's runtimes)."""
     seen: set[str] = set()
     for job in jobs:
         for list_field, index, e_index, var in job.env():
@@ -211,7 +241,11 @@ def check_secrets(jobs: tuple[EffectiveJob, ...]) -> Iterator[Finding]:
             if not isinstance(value, str):
                 continue
             name = as_str(var.get("name")) or "?"
-            reason = credential_reason(name, value)
+            pair = (name, value)
+            if known is not None and pair in known:
+                reason = known[pair]
+            else:
+                reason = credential_reason(name, value)
             if reason is None:
                 continue
             path = job.origin(("spec", list_field, index, "env", e_index))
@@ -238,9 +272,11 @@ def check_service_accounts(ctx: JobContext, resolution: Resolution) -> Iterator[
     if team is None:
         return
     config = ctx.config
-    held = personas_of(config, team, ctx.requester)
-    usable = usable_service_accounts(config, team, held)
-    team_accounts = config.service_accounts_of(team.name)
+    # The requester's personas and accounts are looked up only for a patch that names an account
+    # (most name none): the same answers, without the config lookups on every request.
+    held: frozenset[str] | None = None
+    usable: frozenset[str] = frozenset()
+    team_accounts: frozenset[str] = frozenset()
     who = ctx.requester.username or "the requester"
     seen: set[str] = set()
     for job in resolution.jobs:
@@ -250,7 +286,13 @@ def check_service_accounts(ctx: JobContext, resolution: Resolution) -> Iterator[
             spec = as_mapping(layer.template.get("spec"))
             for field_name in ("serviceAccountName", "serviceAccount"):
                 account: Any = spec.get(field_name)
-                if account is None or account == "default" or account in usable:
+                if account is None or account == "default":
+                    continue
+                if held is None:
+                    held = personas_of(config, team, ctx.requester)
+                    usable = usable_service_accounts(config, team, held)
+                    team_accounts = config.service_accounts_of(team.name)
+                if account in usable:
                     continue
                 path = layer.display(("spec", field_name))
                 if path in seen:

@@ -1,0 +1,81 @@
+"""Answers the engine prepares once per config give exactly what computing them per request gives:
+the credential check of the env entries of the config's runtimes (MPG-SEC-SECRETS) — each the
+same reason as :func:`credential_reason`, and the same findings, paths and messages whether the
+prepared answers are used or not, on the example TrainJobs and on generated and hostile ones whose
+env repeats, shadows or adds to the runtime's."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mpigate.policy import UserInfo
+from mpigate.policy.jobcontext import job_context
+from mpigate.policy.rules.security import check_secrets, config_credential_reasons, credential_reason
+from tests.conftest import REPO
+from tests.policy.helpers import example_org, read
+from tests.policy.test_properties import trainjobs
+
+ORG = example_org()
+EXAMPLES = sorted((REPO / "examples" / "trainjobs").glob("*.yaml"))
+
+# Literal env values a tenant might write: credential shapes, names that say "credential", values
+# equal to one of the runtime's own, harmless ones.
+ENV_VALUES = st.sampled_from(
+    [
+        "AKIAABCDEFGHIJKLMNOP",
+        "ghp_" + "a" * 36,
+        "hunter2hunter2",
+        "true",
+        "$(HOME)",
+        "x" * 40,
+        "Zx9_kQ2-pL7mN4vB8cR1tY6wE3uI0oPa",
+        "/etc/mpi/hostfile",
+        "",
+    ]
+)
+ENV_NAMES = st.sampled_from(
+    ["PASSWORD", "API_KEY", "HF_TOKEN", "B", "OMPI_MCA_orte_default_hostfile", "NCCL_DEBUG"]
+)
+
+
+def _secrets_both_ways(obj: dict[str, Any]) -> None:
+    meta = obj.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "nlp-team")
+    team = ORG.team_for_namespace(namespace)
+    ctx, _ = job_context(ORG, "CREATE", obj, namespace, "job", team, None, UserInfo())
+    if ctx.resolution is None:
+        return
+    jobs = ctx.resolution.jobs
+    assert list(check_secrets(jobs, config_credential_reasons(ORG))) == list(check_secrets(jobs))
+
+
+def test_each_prepared_answer_is_credential_reason() -> None:
+    known = config_credential_reasons(ORG)
+    assert known, "the example runtimes have literal env entries"
+    for (name, value), reason in known.items():
+        assert reason == credential_reason(name, value)
+
+
+def test_the_examples_get_the_same_secret_findings() -> None:
+    for path in EXAMPLES:
+        obj = read(path)
+        _secrets_both_ways(obj)
+        # the runtime's own entries repeated in spec.trainer.env, with a credential beside them
+        hostile = copy.deepcopy(obj)
+        trainer = hostile.setdefault("spec", {}).setdefault("trainer", {})
+        trainer["env"] = [
+            {"name": name, "value": value} for (name, value) in list(config_credential_reasons(ORG))[:3]
+        ] + [{"name": "AWS_SECRET_ACCESS_KEY", "value": "AKIAABCDEFGHIJKLMNOP"}]
+        _secrets_both_ways(hostile)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trainjobs(), st.lists(st.tuples(ENV_NAMES, ENV_VALUES), max_size=4))
+def test_generated_jobs_get_the_same_secret_findings(job: dict[str, Any], env: list[tuple[str, str]]) -> None:
+    if env:
+        job["spec"]["trainer"]["env"] = [{"name": n, "value": v} for n, v in env]
+    _secrets_both_ways(job)
