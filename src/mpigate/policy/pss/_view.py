@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from mpigate.trainjob.jsontypes import is_mapping
 
@@ -105,14 +105,30 @@ def _at(mapping: Mapping[str, Any] | None, key: str) -> Any:
 # The views read each shared field once (the checks ask for them many times per pod).
 
 
-# Named tuples, not frozen dataclasses: built for every container of every pod checked, and a
-# frozen dataclass's __init__ costs a setattr call per field (hot path).
-class _Container(NamedTuple):
+# Slotted classes with a written-out __init__ (built for every container of every pod checked): in
+# the compiled build their construction and attribute reads are native, where a NamedTuple's
+# __new__ (and a generated dataclass __init__) stays interpreted and its fields are read by name.
+@dataclass(frozen=True, slots=True)
+class _Container:
     list_field: str
-    position: int  # the index in its list ("index" would shadow tuple.index)
+    position: int  # the index in its list
     name: str
     data: Mapping[str, Any]
     security_context: Mapping[str, Any] | None
+
+    def __init__(
+        self,
+        list_field: str,
+        position: int,
+        name: str,
+        data: Mapping[str, Any],
+        security_context: Mapping[str, Any] | None,
+    ) -> None:
+        object.__setattr__(self, "list_field", list_field)
+        object.__setattr__(self, "position", position)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "data", data)
+        object.__setattr__(self, "security_context", security_context)
 
     @property
     def path(self) -> str:
@@ -123,7 +139,8 @@ class _Container(NamedTuple):
         return ".".join((self.path, "securityContext", *keys))
 
 
-class _Pod(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class _Pod:
     annotations: Mapping[str, str]
     spec: Mapping[str, Any]
     containers: tuple[_Container, ...]
@@ -135,6 +152,24 @@ class _Pod(NamedTuple):
     # context, and _ANNOTATIONS if the pod has annotations: lets evaluate_pod skip the checks
     # whose fields the pod does not set (see _Check.gate).
     present: AbstractSet[Any]
+
+    def __init__(
+        self,
+        annotations: Mapping[str, str],
+        spec: Mapping[str, Any],
+        containers: tuple[_Container, ...],
+        security_context: Mapping[str, Any] | None,
+        is_windows: bool,
+        in_user_namespace: bool,
+        present: AbstractSet[Any],
+    ) -> None:
+        object.__setattr__(self, "annotations", annotations)
+        object.__setattr__(self, "spec", spec)
+        object.__setattr__(self, "containers", containers)
+        object.__setattr__(self, "security_context", security_context)
+        object.__setattr__(self, "is_windows", is_windows)
+        object.__setattr__(self, "in_user_namespace", in_user_namespace)
+        object.__setattr__(self, "present", present)
 
 
 _CONTAINER_LISTS: Final = ("initContainers", "containers", "ephemeralContainers")
@@ -183,6 +218,11 @@ class _Fail:
     reason: str
     detail: str
     paths: tuple[str, ...]
+
+    def __init__(self, reason: str, detail: str, paths: tuple[str, ...]) -> None:
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "detail", detail)
+        object.__setattr__(self, "paths", paths)
 
 
 _CheckFn = Callable[[_Pod], _Fail | None]
