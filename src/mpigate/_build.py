@@ -24,6 +24,12 @@ COMPILED = (
     "mpigate.catalogue",
     "mpigate.admission.review",
     "mpigate.admission.logjson",
+    "mpigate.admission.service",
+    "mpigate.admission.metrics",
+    "mpigate.admission.deadline",
+    "mpigate.admission.routes",
+    "mpigate.config.model",
+    "mpigate.config.queueing",
     "mpigate.audit.records",
 )
 

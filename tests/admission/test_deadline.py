@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
 from typing import Any
 
 import aiohttp
@@ -124,3 +125,10 @@ async def test_a_failed_record_fails_the_request(
         'mpigate_admission_requests_total{decision="error",endpoint="validate",'
         'kind="TrainJob",operation="CREATE"} 1.0' in text
     )
+
+
+def test_service_settings_cross_to_worker_processes() -> None:
+    # ``serve --workers`` pickles the settings into each spawned worker; the compiled build's
+    # frozen dataclass refused to be unpickled field by field (every worker exited with 1)
+    settings = ServiceSettings(deadline=1.5, live_timeout=0.25, evaluate_in_thread=True)
+    assert pickle.loads(pickle.dumps(settings)) == settings

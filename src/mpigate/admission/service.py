@@ -115,6 +115,11 @@ class ServiceSettings:
     # runs, at the price of the hand-off).
     evaluate_in_thread: bool = False
 
+    def __reduce__(self) -> tuple[type[ServiceSettings], tuple[float, float, bool]]:
+        # ``--workers`` sends the settings to each worker process: the compiled build's frozen
+        # dataclass cannot be unpickled field by field (its __setattr__ refuses), so it is rebuilt.
+        return ServiceSettings, (self.deadline, self.live_timeout, self.evaluate_in_thread)
+
 
 @dataclass(frozen=True, slots=True)
 class Reply:
