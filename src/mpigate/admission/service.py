@@ -40,7 +40,7 @@ from mpigate.policy.decision import AdmissionInput, Decision, LiveContext
 
 from .deadline import AlarmClock, DeadlineExceeded
 from .live import LiveSource
-from .logjson import fields
+from .logjson import fields, log_fields
 from .metrics import Metrics
 from .recorder import DecisionRecorder, NullRecorder, RecordPosition
 from .reload import ConfigStore
@@ -221,15 +221,16 @@ class AdmissionService:
                 "duration_ms": round(elapsed * 1000, 3),
             }
             line.update(info)
-            log.log(
+            log_fields(
+                log,
                 level,
+                line,
                 "%s %s %s/%s: %s",
                 stage,
                 operation,
                 info.get("namespace") or "-",
                 info.get("name") or "-",
                 reply.outcome,
-                extra={"fields": line},
             )
         return reply
 
