@@ -12,242 +12,48 @@ A pod is the effective pod template of a replicated job as a ``v1`` Pod; a viola
 reported at the field the rule's ``fieldPath`` names, or else at the container, init container or
 volume it fails for (found by judging the pod with that list narrowed to the one item), in the
 TrainJob, runtime or runtime patch that set it (:meth:`EffectiveJob.origin`).
+
+What is derived once per config (programs, match sets, modes, digests, list programs) is in
+:mod:`.custom_compiled`; where a pod's violation is reported, in :mod:`.custom_blame`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import fnmatch
-import hashlib
-import json
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from mpigate.cel import Budget, EvalError, Inputs
 from mpigate.cel.cost import input_size
-from mpigate.cel.env import CompileError, Environment, Program
-from mpigate.cel.validation import CompiledPolicy, Outcome, Validation
+from mpigate.cel.env import Environment
+from mpigate.cel.validation import CompiledPolicy, Outcome
 from mpigate.config import Config
 from mpigate.config.admission import POD_CREATOR, binding_matches
-from mpigate.config.crossfile.customrules import _environment, compile_rule
+from mpigate.config.crossfile.customrules import _environment
 from mpigate.config.frozen import thaw
-from mpigate.config.model import CustomRule, Mode, Team
+from mpigate.config.model import CustomRule, Team
 from mpigate.trainjob import EffectiveJob, Resolution
 
+from .custom_blame import Narrowed, blame
+from .custom_compiled import (
+    MAX_CACHED,
+    CompiledRule,
+    RuleMeta,
+    admission_rules,
+    batch_plan,
+    by_target,
+    config_cache,
+    custom_rule_meta,
+    inputs_read,
+    rule_label_keys,
+    selects_namespaces,
+)
 from .decision import AdmissionInput
 from .findings import Finding
 from .prepared import memoized
 
 __all__ = ["RuleMeta", "custom_findings", "custom_rule_meta"]
-
-_LISTS = ("initContainers", "containers", "ephemeralContainers", "volumes")
-
-
-@dataclass(frozen=True, slots=True)
-class RuleMeta:
-    """What :func:`mpigate.policy.engine` needs to turn a custom finding into a violation:
-    ``digest`` fixes the rule's compiled expressions (written into each audit record)."""
-
-    mode: Mode
-    controls: tuple[str, ...]
-    digest: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Compiled:
-    """A rule's programs: per parameter object (a CustomRule has one, a binding one per object of
-    its paramRef, with that object's namespace) and per team (a CustomRule's teamParams)."""
-
-    rule: CustomRule
-    default: tuple[tuple[str, CompiledPolicy], ...]
-    per_team: Mapping[str, tuple[tuple[str, CompiledPolicy], ...]]
-    #: sha256 of the rule's canonical compiled expressions: each program's digest (its match
-    #: conditions, variables, validations, failure policy and parameters), per parameter object
-    #: and per team, with the rule's ID — computed once per config, at compile time
-    digest: str
-    # a CustomRule's match, read once per config (None: any)
-    targets: frozenset[str] = frozenset()
-    operations: frozenset[str] = frozenset()
-    teams: frozenset[str] | None = None
-    namespaces: frozenset[str] | None = None
-    labels: tuple[tuple[str, str], ...] = ()
-    classifications: frozenset[str] | None = None
-    replicated_jobs: frozenset[str] | None = None
-    #: the parameter objects are namespaced and chosen by the request's namespace (CollectParams)
-    by_namespace: bool = False
-
-    def policies(self, team: Team | None, namespace: str) -> list[CompiledPolicy]:
-        chosen = self.per_team.get(team.name, self.default) if team is not None else self.default
-        if not self.by_namespace:
-            return [policy for _, policy in chosen]
-        return [policy for where, policy in chosen if where == namespace]
-
-    def applies(
-        self,
-        target: str,
-        operation: str,
-        team: Team | None,
-        namespace: str,
-        labels: Mapping[str, str],
-        classification: str | None,
-        job: EffectiveJob | None,
-    ) -> bool:
-        """Whether a CustomRule's match selects ``target`` (a pod: of ``job``)."""
-        if target not in self.targets or operation not in self.operations:
-            return False
-        if self.teams is not None and (team is None or team.name not in self.teams):
-            return False
-        if self.namespaces is not None and namespace not in self.namespaces:
-            return False
-        if any(labels.get(k) != v for k, v in self.labels):
-            return False
-        if self.classifications is not None and classification not in self.classifications:
-            return False
-        return job is None or self.replicated_jobs is None or job.name in self.replicated_jobs
-
-
-def _mode_for(config: Config, rule: CustomRule) -> Mode:
-    # the catalogue's precedence (model.Enforcement): exact ID > longer prefix > glob; the rule's
-    # own action when no override names it
-    best: tuple[int, int] | None = None
-    mode: Mode = rule.action
-    for pattern, override in config.org.enforcement.overrides.items():
-        glob = any(c in pattern for c in "*?[")
-        if pattern == rule.id:
-            rank = (2, len(pattern))
-        elif glob and fnmatch.fnmatchcase(rule.id, pattern):
-            rank = (0, len(pattern))
-        elif not glob and rule.id.startswith(pattern + "-"):
-            rank = (1, len(pattern))
-        else:
-            continue
-        if best is None or rank > best:
-            best, mode = rank, override
-    return mode
-
-
-def _chosen(match: Mapping[str, Any], key: str) -> frozenset[str] | None:
-    """A match condition as a set (None: absent, anything matches)."""
-    value = match.get(key)
-    return frozenset(value) if value is not None else None
-
-
-def _compiled(config: Config) -> tuple[_Compiled, ...]:
-    def program(rule: CustomRule, params: Any) -> CompiledPolicy:
-        compiled = compile_rule(rule.spec, params)
-        if not isinstance(compiled, CompiledPolicy):  # pragma: no cover - check refuses such a tree
-            raise ValueError(f"rule {rule.id} does not compile")
-        return compiled
-
-    def build() -> tuple[_Compiled, ...]:
-        out: list[_Compiled] = []
-        for rule in config.custom_rules:
-            admission = rule.admission
-            if admission is not None and admission.params is not None:
-                default = tuple((o.namespace, program(rule, o.data)) for o in admission.params.objects)
-            else:
-                default = (("", program(rule, rule.spec.get("params"))),)
-            per_team = {
-                team: (("", program(rule, params)),)
-                for team, params in rule.spec.get("teamParams", {}).items()
-            }
-            canonical = json.dumps(
-                {
-                    "id": rule.id,
-                    "programs": [[where, policy.digest] for where, policy in default],
-                    "teams": {t: [p.digest for _, p in programs] for t, programs in per_team.items()},
-                },
-                sort_keys=True,
-            )
-            digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
-            match = rule.spec.get("match", {})
-
-            out.append(
-                _Compiled(
-                    rule,
-                    default,
-                    per_team,
-                    digest,
-                    targets=frozenset(match.get("targets", ())),
-                    operations=frozenset(match.get("operations", ())),
-                    teams=_chosen(match, "teams"),
-                    namespaces=_chosen(match, "namespaces"),
-                    labels=tuple((str(k), str(v)) for k, v in match.get("labels", {}).items()),
-                    classifications=_chosen(match, "classifications"),
-                    replicated_jobs=_chosen(match, "replicatedJobs") if match.get("replicatedJobs") else None,
-                    by_namespace=bool(
-                        admission is not None
-                        and admission.params is not None
-                        and admission.params.by_request_namespace
-                    ),
-                )
-            )
-        return tuple(out)
-
-    found: tuple[_Compiled, ...] = memoized(config, ("policy.custom.compiled",), build)
-    return found
-
-
-def _by_target(config: Config) -> Mapping[str, tuple[_Compiled, ...]]:
-    """The rules that may judge each target (once per config): a CustomRule under the targets of
-    its match, a ValidatingAdmissionPolicy binding under every target (its constraints decide)."""
-
-    def build() -> Mapping[str, tuple[_Compiled, ...]]:
-        compiled = _compiled(config)
-        return {
-            target: tuple(c for c in compiled if c.rule.admission is not None or target in c.targets)
-            for target in _TARGETS
-        }
-
-    found: Mapping[str, tuple[_Compiled, ...]] = memoized(config, ("policy.custom.by-target",), build)
-    return found
-
-
-def _selects_namespaces(config: Config) -> bool:
-    """Whether a binding's or policy's namespaceSelector needs the namespace's labels."""
-
-    def build() -> bool:
-        return any(
-            isinstance(c, Mapping) and c.get("namespaceSelector")
-            for rule in config.custom_rules
-            if rule.admission is not None
-            for c in rule.admission.constraints
-        )
-
-    found: bool = memoized(config, ("policy.custom.namespace-selectors",), build)
-    return found
-
-
-_TARGETS = ("TrainJob", "MPIJob", "Runtime", "Pod")
-_OPTIONAL_INPUTS = ("oldObject", "request", "trainJob", "runtime", "replicatedJob", "team", "namespaceObject")
-_INPUT_NAME = re.compile(r"\b(" + "|".join(_OPTIONAL_INPUTS) + r")\b")
-
-
-def _reads(config: Config) -> frozenset[str]:
-    """The optional inputs any rule's expressions name (once per config): only those are built
-    and converted for each object and pod — the job and runtime manifests are the bulk of it."""
-
-    def build() -> frozenset[str]:
-        text = " ".join(json.dumps(thaw(rule.spec), default=str) for rule in config.custom_rules)
-        return frozenset(_INPUT_NAME.findall(text))
-
-    found: frozenset[str] = memoized(config, ("policy.custom.reads",), build)
-    return found
-
-
-def custom_rule_meta(config: Config) -> Mapping[str, RuleMeta]:
-    """Mode and controls of every custom rule, by ID (once per config)."""
-
-    def build() -> Mapping[str, RuleMeta]:
-        return {
-            c.rule.id: RuleMeta(_mode_for(config, c.rule), c.rule.controls, c.digest)
-            for c in _compiled(config)
-        }
-
-    found: Mapping[str, RuleMeta] = memoized(config, ("policy.custom.meta",), build)
-    return found
 
 
 def _team_value(team: Team | None, classification: str | None) -> dict[str, Any] | None:
@@ -375,11 +181,14 @@ def _judge(
     inputs: dict[bool, Inputs] = {}
     size = 0
     # the pod narrowed for blame, per kind of rule (a binding sees the pod's creation request)
-    narrowed = {False: _Narrowed(base), True: _Narrowed(admission_base)}
+    narrowed = {
+        False: Narrowed(base, run.shared_size),
+        True: Narrowed(admission_base, run.shared_size),
+    }
     custom = _custom_selection(run, target, job)
     selected = [
         *custom,
-        *(c for c in _admission_rules(run.config) if _admits(run, c.rule, kind, base["object"])),
+        *(c for c in admission_rules(run.config) if _admits(run, c.rule, kind, base["object"])),
     ]
     batched: _Batched | None = None
     for compiled in selected:
@@ -433,7 +242,7 @@ def _outcome_findings(
     rule: CustomRule,
     owner: CompiledPolicy | None,
     outcome: Outcome,
-    narrowed: _Narrowed,
+    narrowed: Narrowed,
     where: str,
     job: EffectiveJob | None,
     notes: list[str],
@@ -443,7 +252,11 @@ def _outcome_findings(
     if outcome.kind == "ignored-error":
         notes.append(f"[{rule.id}] not evaluated (failurePolicy Ignore): {outcome.message}")
         return
-    paths = _blame(run, owner, outcome, narrowed, where, job) if owner is not None else [where or "(object)"]
+    paths = (
+        blame(owner, outcome, narrowed, where, job, run.budget)
+        if owner is not None
+        else [where or "(object)"]
+    )
     for path in paths:
         yield _finding(rule, outcome, path)
 
@@ -460,13 +273,13 @@ class _Batched:
 _NOT_BATCHED = _Batched(frozenset(), {})
 
 
-def _batched(run: _Run, env: Environment, inputs: Inputs, custom: tuple[_Compiled, ...]) -> _Batched:
+def _batched(run: _Run, env: Environment, inputs: Inputs, custom: tuple[CompiledRule, ...]) -> _Batched:
     """The outcomes of the CustomRules of ``custom`` evaluated as one program (a list of their
     validations): one call into CEL per object instead of one per validation. Only rules without
     match conditions; when the list fails (one expression's error fails it) or its cost bound
     exceeds the per-call limit, its rules are evaluated one by one, as if it had not run — the
     result is the same either way."""
-    plan = _batch_plan(run, env, custom)
+    plan = batch_plan(run.config, run.team, run.namespace, env, custom)
     if plan is None:
         return _NOT_BATCHED
     bound = plan.program.cost.at(inputs.size)
@@ -491,20 +304,12 @@ def _batched(run: _Run, env: Environment, inputs: Inputs, custom: tuple[_Compile
     return _Batched(plan.members, found)
 
 
-_MAX_CACHED = 4096  # selections and batches kept per config (beyond: computed per request)
-
-
-def _cache(config: Config, name: str) -> dict[Any, Any]:
-    found: dict[Any, Any] = memoized(config, (name,), dict)
-    return found
-
-
-def _custom_selection(run: _Run, target: str, job: EffectiveJob | None) -> tuple[_Compiled, ...]:
+def _custom_selection(run: _Run, target: str, job: EffectiveJob | None) -> tuple[CompiledRule, ...]:
     """The CustomRules whose match selects ``target`` of this request, once per distinct request
     shape (target, operation, team, namespace, classification, replicated job, the labels rules
     name)."""
     config = run.config
-    label_keys = _label_keys(config)
+    label_keys = rule_label_keys(config)
     key = (
         target,
         run.request.operation,
@@ -514,190 +319,20 @@ def _custom_selection(run: _Run, target: str, job: EffectiveJob | None) -> tuple
         job.name if job is not None else None,
         tuple(run.labels.get(k) for k in label_keys),
     )
-    cache = _cache(config, "policy.custom.selections")
-    found: tuple[_Compiled, ...] | None = cache.get(key)
+    cache = config_cache(config, "policy.custom.selections")
+    found: tuple[CompiledRule, ...] | None = cache.get(key)
     if found is None:
         found = tuple(
             c
-            for c in _by_target(config)[target]
+            for c in by_target(config)[target]
             if c.rule.admission is None
             and c.applies(
                 target, run.request.operation, run.team, run.namespace, run.labels, run.classification, job
             )
         )
-        if len(cache) < _MAX_CACHED:
+        if len(cache) < MAX_CACHED:
             cache[key] = found
     return found
-
-
-def _label_keys(config: Config) -> tuple[str, ...]:
-    def build() -> tuple[str, ...]:
-        return tuple(sorted({k for c in _compiled(config) for k, _ in c.labels}))
-
-    found: tuple[str, ...] = memoized(config, ("policy.custom.label-keys",), build)
-    return found
-
-
-def _admission_rules(config: Config) -> tuple[_Compiled, ...]:
-    def build() -> tuple[_Compiled, ...]:
-        return tuple(c for c in _compiled(config) if c.rule.admission is not None)
-
-    found: tuple[_Compiled, ...] = memoized(config, ("policy.custom.admission",), build)
-    return found
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """CustomRules judged together: their validations as one list program."""
-
-    members: frozenset[int]
-    program: Program
-    #: (``id`` of the compiled rule, its program, the validation) of each element of the list
-    elements: tuple[tuple[int, CompiledPolicy, Validation], ...]
-
-
-def _batch_plan(run: _Run, env: Environment, custom: tuple[_Compiled, ...]) -> _Plan | None:
-    """The programs of the CustomRules ``custom`` judged together and their list program, once per
-    config, team and set of rules (compiled on first use; None: fewer than two)."""
-    team = run.team.name if run.team is not None else None
-    key = (team, tuple(map(id, custom)))
-    cache = _cache(run.config, "policy.custom.batches")
-    if key in cache:
-        found: _Plan | None = cache[key]
-        return found
-    members = [
-        (c, c.policies(run.team, run.namespace))
-        for c in custom
-        if all(
-            not p.match_conditions and not p.audit_annotations for p in c.policies(run.team, run.namespace)
-        )
-    ]
-    plan: _Plan | None = None
-    if len(members) > 1:
-        elements = tuple((id(c), p, v) for c, ps in members for p in ps for v in p.validations)
-        source = "[" + ", ".join(v.expression.program.source for _, _, v in elements) + "]"
-        try:
-            program = env.compile(source, limit_length=False)
-        except CompileError:  # pragma: no cover - each part compiled on its own
-            program = None
-        if program is not None:
-            plan = _Plan(frozenset(id(c) for c, _ in members), program, elements)
-    if len(cache) < _MAX_CACHED:
-        cache[key] = plan
-    return plan
-
-
-def _field_path(template: str, index: tuple[str, int] | None) -> list[str | int]:
-    """``spec.containers[*].x`` as path parts, ``[*]`` the blamed item."""
-    parts: list[str | int] = []
-    for piece in template.replace("[*]", ".[*]").split("."):
-        if not piece:
-            continue
-        if piece == "[*]":
-            parts.append(index[1] if index is not None else 0)
-        elif piece.endswith("]") and "[" in piece:
-            name, _, number = piece[:-1].partition("[")
-            parts.append(name)
-            parts.append(int(number) if number.isdigit() else number)
-        else:
-            parts.append(piece)
-    return parts
-
-
-def _blame(
-    run: _Run,
-    policy: CompiledPolicy,
-    outcome: Outcome,
-    narrowed: _Narrowed,
-    where: str,
-    job: EffectiveJob | None,
-) -> list[str]:
-    validation = outcome.validation
-    if job is None or validation is None:
-        field = validation.field_path if validation is not None else ""
-        return [f"{where}{'.' if where and field else ''}{field}" if field else (where or "(object)")]
-    items = _blamed_items(run, policy, validation, narrowed)
-    paths: list[str] = []
-    picks: list[tuple[str, int, str] | None] = list(items) or [None]
-    for pick in picks:
-        if validation.field_path:
-            paths.append(job.origin(_field_path(validation.field_path, pick[:2] if pick else None)))
-        elif pick is not None:
-            list_field, index, key = pick
-            paths.append(job.origin(("spec", list_field, index, key) if key else ("spec", list_field, index)))
-        else:
-            paths.append(job.origin(("spec",)))
-    return list(dict.fromkeys(paths))
-
-
-@dataclass
-class _Narrowed:
-    """One object's pod with one list narrowed — to nothing, to one item, or to one item without one
-    field — as CEL inputs: converted on first use and shared by every rule blamed on the pod (each
-    conversion costs more than an evaluation)."""
-
-    base: Mapping[str, Any]
-    #: the cost bound's n: a narrowed pod is no larger than the pod, so it is measured once
-    size: int = 0
-    # keyed by (list, index, field): a field's key is whatever the object has (a YAML key may be a number)
-    inputs: dict[tuple[str, int, Any], Inputs | None] = field(default_factory=dict)
-
-    def get(self, run: _Run, list_field: str, index: int, removed: Any) -> Inputs | None:
-        """The inputs with ``list_field`` narrowed to item ``index`` (-1: none) without its field
-        ``removed`` (None: whole); None when they cannot be represented in CEL."""
-        key = (list_field, index, removed)
-        if key in self.inputs:
-            return self.inputs[key]
-        pod = self.base["object"]
-        spec = pod.get("spec") or {}
-        if not self.size:
-            self.size = max(run.shared_size, input_size(pod))
-        items: list[Any] = []
-        if index >= 0:
-            item = spec[list_field][index]
-            items.append(item if removed is None else {n: v for n, v in item.items() if n != removed})
-        narrowed = {**pod, "spec": {**spec, list_field: items}}
-        try:
-            found: Inputs | None = _environment().inputs({**self.base, "object": narrowed}, self.size)
-        except EvalError:
-            found = None
-        self.inputs[key] = found
-        return found
-
-
-def _blamed_items(
-    run: _Run, policy: CompiledPolicy, validation: Validation, narrowed: _Narrowed
-) -> list[tuple[str, int, str]]:
-    """The items (containers, volumes...) a violation comes from — each alone still violates, and
-    the pod without that list does not — and, within an item, the fields whose removal mends it
-    (``""``: the item as a whole); only evaluated for a violation, never on a passing pod."""
-    env = _environment()
-    spec = narrowed.base["object"].get("spec") or {}
-    out: list[tuple[str, int, str]] = []
-
-    def violates(list_field: str, index: int, removed: Any = None) -> bool:
-        inputs = narrowed.get(run, list_field, index, removed)
-        if inputs is None:
-            return False
-        verdict = policy.check(env, inputs, validation, run.budget)
-        return verdict is not None and verdict.kind == "violation"
-
-    for list_field in _LISTS:
-        items = spec.get(list_field)
-        if not isinstance(items, list) or len(items) < 1:
-            continue
-        if violates(list_field, -1):
-            continue  # the violation does not come from this list (a pod's volumes for its containers)
-        for index, item in enumerate(items):
-            if not violates(list_field, index):
-                continue
-            keys = (
-                [k for k in item if k != "name" and not violates(list_field, index, k)]
-                if isinstance(item, dict)
-                else []
-            )
-            out.extend((list_field, index, key) for key in keys or [""])
-    return out
 
 
 def custom_findings(
@@ -726,9 +361,9 @@ def custom_findings(
     if not config.custom_rules:
         return []
     run = _Run(config, request, team, namespace, name, labels, classification, Budget())
-    if namespace and _selects_namespaces(config):
+    if namespace and selects_namespaces(config):
         run.namespace_labels = _namespace_labels(config, namespace, today or dt.datetime.now(dt.UTC).date())
-    reads = _reads(config)
+    reads = inputs_read(config)
     plain = thaw(obj)
     # request is always built: a pod's ValidatingAdmissionPolicy request is derived from it
     shared: dict[str, Any] = {"request": _request_value(request, namespace, name)}

@@ -1,0 +1,135 @@
+"""Where a violation on an effective pod is reported: the field the validation's ``fieldPath`` names,
+or else the containers, init containers, ephemeral containers or volumes it comes from (found by
+judging the pod with that list narrowed to one item, and that item without each of its fields), in
+the TrainJob, runtime or runtime patch that set it (:meth:`EffectiveJob.origin`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpigate.cel import Budget, EvalError, Inputs
+from mpigate.cel.cost import input_size
+from mpigate.cel.validation import CompiledPolicy, Outcome, Validation
+from mpigate.config.crossfile.customrules import _environment
+from mpigate.trainjob import EffectiveJob
+
+__all__ = ["Narrowed", "blame", "field_path"]
+
+_LISTS = ("initContainers", "containers", "ephemeralContainers", "volumes")
+
+
+def field_path(template: str, index: tuple[str, int] | None) -> list[str | int]:
+    """``spec.containers[*].x`` as path parts, ``[*]`` the blamed item."""
+    parts: list[str | int] = []
+    for piece in template.replace("[*]", ".[*]").split("."):
+        if not piece:
+            continue
+        if piece == "[*]":
+            parts.append(index[1] if index is not None else 0)
+        elif piece.endswith("]") and "[" in piece:
+            name, _, number = piece[:-1].partition("[")
+            parts.append(name)
+            parts.append(int(number) if number.isdigit() else number)
+        else:
+            parts.append(piece)
+    return parts
+
+
+def blame(
+    policy: CompiledPolicy,
+    outcome: Outcome,
+    narrowed: Narrowed,
+    where: str,
+    job: EffectiveJob | None,
+    budget: Budget,
+) -> list[str]:
+    validation = outcome.validation
+    if job is None or validation is None:
+        field = validation.field_path if validation is not None else ""
+        return [f"{where}{'.' if where and field else ''}{field}" if field else (where or "(object)")]
+    items = blamed_items(policy, validation, narrowed, budget)
+    paths: list[str] = []
+    picks: list[tuple[str, int, str] | None] = list(items) or [None]
+    for pick in picks:
+        if validation.field_path:
+            paths.append(job.origin(field_path(validation.field_path, pick[:2] if pick else None)))
+        elif pick is not None:
+            list_field, index, key = pick
+            paths.append(job.origin(("spec", list_field, index, key) if key else ("spec", list_field, index)))
+        else:
+            paths.append(job.origin(("spec",)))
+    return list(dict.fromkeys(paths))
+
+
+@dataclass
+class Narrowed:
+    """One object's pod with one list narrowed — to nothing, to one item, or to one item without one
+    field — as CEL inputs: converted on first use and shared by every rule blamed on the pod (each
+    conversion costs more than an evaluation)."""
+
+    base: Mapping[str, Any]
+    #: the cost bound's n of the values every evaluation of the request shares
+    shared_size: int = 1
+    #: the cost bound's n: a narrowed pod is no larger than the pod, so it is measured once
+    size: int = 0
+    # keyed by (list, index, field): a field's key is whatever the object has (a YAML key may be a number)
+    inputs: dict[tuple[str, int, Any], Inputs | None] = field(default_factory=dict)
+
+    def get(self, list_field: str, index: int, removed: Any) -> Inputs | None:
+        """The inputs with ``list_field`` narrowed to item ``index`` (-1: none) without its field
+        ``removed`` (None: whole); None when they cannot be represented in CEL."""
+        key = (list_field, index, removed)
+        if key in self.inputs:
+            return self.inputs[key]
+        pod = self.base["object"]
+        spec = pod.get("spec") or {}
+        if not self.size:
+            self.size = max(self.shared_size, input_size(pod))
+        items: list[Any] = []
+        if index >= 0:
+            item = spec[list_field][index]
+            items.append(item if removed is None else {n: v for n, v in item.items() if n != removed})
+        narrowed = {**pod, "spec": {**spec, list_field: items}}
+        try:
+            found: Inputs | None = _environment().inputs({**self.base, "object": narrowed}, self.size)
+        except EvalError:
+            found = None
+        self.inputs[key] = found
+        return found
+
+
+def blamed_items(
+    policy: CompiledPolicy, validation: Validation, narrowed: Narrowed, budget: Budget
+) -> list[tuple[str, int, str]]:
+    """The items (containers, volumes...) a violation comes from — each alone still violates, and
+    the pod without that list does not — and, within an item, the fields whose removal mends it
+    (``""``: the item as a whole); only evaluated for a violation, never on a passing pod."""
+    env = _environment()
+    spec = narrowed.base["object"].get("spec") or {}
+    out: list[tuple[str, int, str]] = []
+
+    def violates(list_field: str, index: int, removed: Any = None) -> bool:
+        inputs = narrowed.get(list_field, index, removed)
+        if inputs is None:
+            return False
+        verdict = policy.check(env, inputs, validation, budget)
+        return verdict is not None and verdict.kind == "violation"
+
+    for list_field in _LISTS:
+        items = spec.get(list_field)
+        if not isinstance(items, list) or len(items) < 1:
+            continue
+        if violates(list_field, -1):
+            continue  # the violation does not come from this list (a pod's volumes for its containers)
+        for index, item in enumerate(items):
+            if not violates(list_field, index):
+                continue
+            keys = (
+                [k for k in item if k != "name" and not violates(list_field, index, k)]
+                if isinstance(item, dict)
+                else []
+            )
+            out.extend((list_field, index, key) for key in keys or [""])
+    return out
