@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Cost", "estimate", "input_size"]
+__all__ = ["Cost", "Node", "checked_tree", "estimate", "estimate_tree", "input_size"]
 
 # Functions whose work is proportional to their operands' size (cel-go checker/cost.go
 # "traversal" costs; 0.1 per character for strings there, 1 per element here). Comparisons are
@@ -149,31 +149,37 @@ def _field(data: bytes, number: int) -> bytes | None:
 
 
 @dataclass(frozen=True, slots=True)
-class _Node:
+class Node:
+    """One node of a checked expression's tree (cel.expr.Expr, as much as the cost bound and
+    :mod:`.reads` need)."""
+
     kind: str  # const ident select call list struct comprehension
     name: str = ""  # ident name, select field, call function, a string constant's value
-    children: tuple[_Node, ...] = ()
-    # comprehension: (range, accu init, loop condition, loop step, result) in children; name = accu
+    children: tuple[Node, ...] = ()
+    # comprehension: (range, accu init, loop condition, loop step, result) in children; name = accu,
+    # keys = (iteration variable,); a select in has(): keys = ("has",)
     keys: tuple[str | None, ...] = ()  # struct: each entry's key when it is a string constant
 
 
-def _parse(data: bytes) -> _Node:
+def _parse(data: bytes) -> Node:
     for number, value in _fields(data):
         if number == 3:
             text = _field(value, 6)  # cel.expr.Constant.string_value
-            return _Node("const", text.decode() if text is not None else "")
+            return Node("const", text.decode() if text is not None else "")
         if number == 4:
-            return _Node("ident", (_field(value, 1) or b"").decode())
+            return Node("ident", (_field(value, 1) or b"").decode())
         if number == 5:
             operand = _field(value, 1)
-            return _Node(
+            return Node(
                 "select",
                 (_field(value, 2) or b"").decode(),
                 (_parse(operand),) if operand is not None else (),
+                # has(a.b): cel.expr.Expr.Select.test_only
+                ("has",) if any(n == 3 and v for n, v in _fields(value)) else (),
             )
         if number == 6:
-            target: list[_Node] = []
-            args: list[_Node] = []
+            target: list[Node] = []
+            args: list[Node] = []
             function = ""
             for n, v in _fields(value):
                 if n == 1:
@@ -182,21 +188,29 @@ def _parse(data: bytes) -> _Node:
                     function = v.decode()
                 elif n == 3:
                     args.append(_parse(v))
-            return _Node("call", function, (*target, *args))
+            return Node("call", function, (*target, *args))
         if number == 7:
-            return _Node("list", "", tuple(_parse(v) for n, v in _fields(value) if n == 1))
+            return Node("list", "", tuple(_parse(v) for n, v in _fields(value) if n == 1))
         if number == 8:
             entries = [entry for n, entry in _fields(value) if n == 2]
             values = [(_field(entry, 3), _field(entry, 4)) for entry in entries]
             nodes = [(_parse(k) if k is not None else None, _parse(v)) for k, v in values if v is not None]
             keys = tuple(k.name if k is not None and k.kind == "const" else None for k, _ in nodes)
-            return _Node("struct", "", tuple(v for _, v in nodes), keys)
+            return Node("struct", "", tuple(v for _, v in nodes), keys)
         if number == 9:
             parts = dict(_fields(value))
             accu = bytes(parts.get(3, b"")).decode()
             children = tuple(_parse(bytes(parts.get(i, b""))) for i in (2, 4, 5, 6, 7))
-            return _Node("comprehension", accu, children)
-    return _Node("const")
+            return Node("comprehension", accu, children, (bytes(parts.get(1, b"")).decode(),))
+    return Node("const")
+
+
+def checked_tree(serialized: bytes) -> Node | None:
+    """The expression tree of a compiled expression (``Expression.serialize()`` of cel-expr-python:
+    a ``google.protobuf.Any`` holding a ``cel.expr.CheckedExpr``); None when it has none."""
+    checked = _field(serialized, 2) or serialized  # google.protobuf.Any: value
+    expr = _field(checked, 4)
+    return _parse(expr) if expr is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +230,7 @@ def _member(inner: _Estimate, name: str) -> _Estimate:
     return _Estimate(_add(inner.cost, _ONE), _N)
 
 
-def _estimate(node: _Node, accus: dict[str, _Estimate]) -> _Estimate:
+def _estimate(node: Node, accus: dict[str, _Estimate]) -> _Estimate:
     if node.kind == "const":
         return _Estimate(_ONE, _ONE)
     if node.kind == "ident":
@@ -279,11 +293,14 @@ def _estimate(node: _Node, accus: dict[str, _Estimate]) -> _Estimate:
 
 def estimate(serialized: bytes) -> Cost:
     """The cost bound of a compiled expression (``Expression.serialize()`` of cel-expr-python)."""
-    checked = _field(serialized, 2) or serialized  # google.protobuf.Any: value
-    expr = _field(checked, 4)
-    if expr is None:
+    return estimate_tree(checked_tree(serialized))
+
+
+def estimate_tree(tree: Node | None) -> Cost:
+    """The cost bound of the expression tree :func:`checked_tree` read."""
+    if tree is None:
         return Cost((1.0,))
-    found = _estimate(_parse(expr), {})
+    found = _estimate(tree, {})
     coefficients = list(found.cost)
     while len(coefficients) > 1 and coefficients[-1] == 0.0:
         coefficients.pop()

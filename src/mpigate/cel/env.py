@@ -24,7 +24,8 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
 from . import k8slib
-from .cost import Cost, estimate, input_size
+from .cost import Cost, checked_tree, estimate_tree, input_size
+from .reads import Need, reads_of
 from .types import pool
 
 __all__ = [
@@ -105,20 +106,22 @@ class Program:
     expression: Any = field(repr=False, compare=False)
     cost: Cost
     digest: str
+    #: what the expression can observe of each variable it reads (:mod:`.reads`; read whole when
+    #: the tree could not be read)
+    reads: Mapping[str, Need] = field(default_factory=dict, compare=False, repr=False)
 
-    def evaluate(self, inputs: Inputs, budget: Budget | None = None) -> Any:
-        """The plain value (bool, int, str, list, dict, ...) of the expression on ``inputs``.
-
-        Raises :class:`EvalError` for an evaluation error or when the expression's cost bound on
-        these inputs exceeds the per-call limit or what is left of ``budget``.
-        """
+    def charge(self, size: int, budget: Budget | None = None) -> None:
+        """What an evaluation on inputs of size ``size`` costs before it runs: :class:`EvalError`
+        when the cost bound exceeds the per-call limit or what is left of ``budget``, else the bound
+        is taken from ``budget``. (:meth:`evaluate` calls it; blame calls it alone for an evaluation
+        whose result it knows.)"""
         if self.cost.degree > 0:
-            bound = self.cost.at(inputs.size)
+            bound = self.cost.at(size)
             limit = budget.per_call if budget is not None else PER_CALL_LIMIT
             if bound > limit:
                 raise EvalError(
                     f"operation cancelled: actual cost limit exceeded (bound {bound:.0f} for inputs "
-                    f"of size {inputs.size}, limit {limit:.0f})"
+                    f"of size {size}, limit {limit:.0f})"
                 )
             if budget is not None:
                 if bound > budget.remaining:
@@ -127,6 +130,14 @@ class Program:
                         "rules will be run"
                     )
                 budget.remaining -= bound
+
+    def evaluate(self, inputs: Inputs, budget: Budget | None = None) -> Any:
+        """The plain value (bool, int, str, list, dict, ...) of the expression on ``inputs``.
+
+        Raises :class:`EvalError` for an evaluation error or when the expression's cost bound on
+        these inputs exceeds the per-call limit or what is left of ``budget``.
+        """
+        self.charge(inputs.size, budget)
         try:
             result = self.expression.eval(inputs.activation)
             if result.type() == cel.Type.ERROR:
@@ -196,12 +207,14 @@ class Environment:
             expression = self._env.compile(source)
         except Exception as exc:
             raise CompileError(_issues(str(exc))) from None
+        serialized = expression.serialize()
         try:
-            cost = estimate(expression.serialize())
+            tree = checked_tree(serialized)
         except (ValueError, IndexError, UnicodeDecodeError):  # pragma: no cover - binding format
-            cost = estimate(b"")
+            tree = None
+        cost = estimate_tree(tree)
         digest = "sha256:" + hashlib.sha256(source.encode()).hexdigest()
-        return Program(source, expression, cost, digest)
+        return Program(source, expression, cost, digest, reads_of(tree, self.variables))
 
     def inputs(self, values: Mapping[str, Any], size: int | None = None) -> Inputs:
         """The activation for ``values`` (every declared variable; missing ones are ``null``).

@@ -17,6 +17,7 @@ was written, not to the wrapped program.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -173,6 +174,20 @@ class CompiledPolicy:
         except EvalError as exc:
             return self._error(f"expression '{validation.expression.source}' resulted in error: {exc}")
         return self.judged(inputs, validation, result, budget)
+
+    def charge_violation(self, validation: Validation, size: int, budget: Budget | None = None) -> bool:
+        """What :meth:`check` of ``validation`` on inputs of size ``size`` takes from ``budget`` when
+        its expression is known to be false there, without evaluating anything: the expression's
+        bound and then the messageExpression's. False when the expression's bound is refused (check
+        would give an error, not a violation)."""
+        try:
+            validation.expression.program.charge(size, budget)
+        except EvalError:
+            return False
+        if validation.message_expression is not None:
+            with contextlib.suppress(EvalError):  # _message falls back to the message
+                validation.message_expression.program.charge(size, budget)
+        return True
 
     def judged(
         self, inputs: Inputs, validation: Validation, result: Any, budget: Budget | None = None

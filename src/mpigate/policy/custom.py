@@ -27,6 +27,7 @@ from typing import Any
 from mpigate.cel import Budget, EvalError, Inputs
 from mpigate.cel.cost import input_size
 from mpigate.cel.env import Environment
+from mpigate.cel.reads import Need, prune
 from mpigate.cel.validation import CompiledPolicy, Outcome
 from mpigate.config import Config
 from mpigate.config.admission import POD_CREATOR, binding_matches
@@ -45,6 +46,7 @@ from .custom_compiled import (
     by_target,
     config_cache,
     custom_rule_meta,
+    input_needs,
     inputs_read,
     rule_label_keys,
     selects_namespaces,
@@ -86,24 +88,49 @@ def _request_value(request: AdmissionInput, namespace: str, name: str) -> dict[s
     }
 
 
-def _pod(job: EffectiveJob, namespace: str) -> dict[str, Any]:
-    meta = dict(thaw(job.metadata))
+def _pod_view(job: EffectiveJob, namespace: str) -> dict[str, Any]:
+    """The effective pod as a ``v1`` Pod, sharing the (frozen) template's values."""
+    meta = dict(job.metadata)
     if namespace:
         meta.setdefault("namespace", namespace)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": thaw(job.spec)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": job.spec}
+
+
+def _pod(job: EffectiveJob, namespace: str) -> dict[str, Any]:
+    """The effective pod as a plain ``v1`` Pod."""
+    found: dict[str, Any] = thaw(_pod_view(job, namespace))
+    return found
+
+
+def _cut(needs: Mapping[str, Need], name: str, value: Any) -> tuple[Any, int]:
+    """``value`` as the input ``name`` — cut down to what the config's expressions read of it — and
+    the cost bound's n of all of it; whole when it holds what CEL cannot represent (its evaluation
+    then fails as it always did)."""
+    found = prune(value, needs.get(name))
+    if found is not None:
+        return found
+    plain = thaw(value)
+    return plain, input_size(plain)
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object's labels as a binding's objectSelector reads them."""
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    found: dict[str, Any] = thaw(labels) if isinstance(labels, Mapping) else {}
+    return found
 
 
 def _replicated(job: EffectiveJob) -> dict[str, Any]:
     return {"name": job.name, "replicas": job.replicas, "parallelism": job.parallelism, "pods": job.pods}
 
 
-def _admits(run: _Run, rule: CustomRule, kind: str, obj: Mapping[str, Any]) -> bool:
-    """Whether a binding selects the request for ``obj`` of ``kind`` (a pod: its creation)."""
+def _admits(run: _Run, rule: CustomRule, kind: str, labels: Mapping[str, Any]) -> bool:
+    """Whether a binding selects the request for an object of ``kind`` with ``labels`` (a pod: its
+    creation)."""
     admission = rule.admission
     if admission is None:
         return False
-    meta = obj.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, dict) else None
     pod = kind == "Pod"
     return binding_matches(
         admission.constraints,
@@ -111,7 +138,7 @@ def _admits(run: _Run, rule: CustomRule, kind: str, obj: Mapping[str, Any]) -> b
         "CREATE" if pod else run.request.operation,
         "" if kind == "ClusterTrainingRuntime" else run.namespace,
         "" if pod else run.name,
-        labels if isinstance(labels, dict) else {},
+        labels,
         run.namespace_labels if kind != "ClusterTrainingRuntime" else None,
     )
 
@@ -159,8 +186,17 @@ def _finding(rule: CustomRule, outcome: Outcome, path: str) -> Finding:
 
 
 def _judge(
-    run: _Run, target: str, base: Mapping[str, Any], where: str, job: EffectiveJob | None, notes: list[str]
+    run: _Run,
+    target: str,
+    base: Mapping[str, Any],
+    whole: Mapping[str, Any],
+    size: int,
+    where: str,
+    job: EffectiveJob | None,
+    notes: list[str],
 ) -> Iterator[Finding]:
+    """The findings on one object: ``base`` holds the inputs with the object as the rules read it,
+    ``whole`` the object itself, ``size`` the cost bound's n of the object and the shared inputs."""
     env = _environment()
     # a pod is judged by a ValidatingAdmissionPolicy as the request that will create it
     kind = run.request.kind if target == "Runtime" else target
@@ -179,17 +215,14 @@ def _judge(
         else base
     )
     inputs: dict[bool, Inputs] = {}
-    size = 0
     # the pod narrowed for blame, per kind of rule (a binding sees the pod's creation request)
-    narrowed = {
-        False: Narrowed(base, run.shared_size),
-        True: Narrowed(admission_base, run.shared_size),
-    }
+    narrowed = {False: Narrowed(base, whole, size), True: Narrowed(admission_base, whole, size)}
     custom = _custom_selection(run, target, job)
-    selected = [
-        *custom,
-        *(c for c in admission_rules(run.config) if _admits(run, c.rule, kind, base["object"])),
-    ]
+    bindings = admission_rules(run.config)
+    selected = list(custom)
+    if bindings:
+        labels = _labels(whole)
+        selected.extend(c for c in bindings if _admits(run, c.rule, kind, labels))
     batched: _Batched | None = None
     for compiled in selected:
         rule = compiled.rule
@@ -200,9 +233,6 @@ def _judge(
             continue
         values = admission_base if admission else base
         if admission not in inputs:
-            if not size:
-                # n of the shared values is measured once per request, the object's once per object
-                size = max(run.shared_size, input_size(base["object"]))
             try:
                 inputs[admission] = env.inputs(values, size)
             except EvalError as exc:
@@ -335,6 +365,10 @@ def _custom_selection(run: _Run, target: str, job: EffectiveJob | None) -> tuple
     return found
 
 
+_JOBS = ("TrainJob", "MPIJob")
+_SHARED = frozenset({"team", "trainJob", "runtime", "namespaceObject"})
+
+
 def custom_findings(
     config: Config,
     request: AdmissionInput,
@@ -364,31 +398,42 @@ def custom_findings(
     if namespace and selects_namespaces(config):
         run.namespace_labels = _namespace_labels(config, namespace, today or dt.datetime.now(dt.UTC).date())
     reads = inputs_read(config)
-    plain = thaw(obj)
+    # the job, runtime and pods as the rules read them: converting what no rule reads into CEL
+    # values costs more than judging them (the cost bound's n is measured on all of each)
+    needs = input_needs(config)
+    plain, plain_size = _cut(needs, "object", obj)
     # request is always built: a pod's ValidatingAdmissionPolicy request is derived from it
     shared: dict[str, Any] = {"request": _request_value(request, namespace, name)}
+    sizes = [len(shared) + len(reads & _SHARED), input_size(shared["request"])]
     if "team" in reads:
         shared["team"] = _team_value(team, classification)
+        sizes.append(input_size(shared["team"]))
     if "trainJob" in reads:
-        shared["trainJob"] = plain if target in ("TrainJob", "MPIJob") else None
+        shared["trainJob"], size = _cut(needs, "trainJob", obj) if target in _JOBS else (None, 1)
+        sizes.append(size)
     if "runtime" in reads:
-        shared["runtime"] = thaw(runtime) if runtime is not None else (plain if target == "Runtime" else None)
+        found = runtime if runtime is not None else (obj if target == "Runtime" else None)
+        shared["runtime"], size = _cut(needs, "runtime", found) if found is not None else (None, 1)
+        sizes.append(size)
     if "namespaceObject" in reads:
         shared["namespaceObject"] = {"metadata": {"name": namespace}} if namespace else None
+        sizes.append(input_size(shared["namespaceObject"]))
     # n of what every evaluation shares (the admission request of a pod is no larger)
-    run.shared_size = input_size(shared)
+    run.shared_size = max(sizes)
     first = {**shared, "object": plain}
     if "oldObject" in reads and old is not None:
-        first["oldObject"] = thaw(old)
-        run.shared_size = max(run.shared_size, input_size(first["oldObject"]))
-    out = list(_judge(run, target, first, "", None, notes))
+        first["oldObject"], size = _cut(needs, "oldObject", old)
+        run.shared_size = max(run.shared_size, size)
+    out = list(_judge(run, target, first, obj, max(run.shared_size, plain_size), "", None, notes))
     if resolution is not None:
         root = f"runtime {resolution.runtime_name}: " if target == "Runtime" else ""
         for job in resolution.jobs:
-            base = {**shared, "object": _pod(job, namespace)}
+            pod = _pod_view(job, namespace)
+            base = {**shared}
+            base["object"], size = _cut(needs, "object", pod)
             if "replicatedJob" in reads:
                 base["replicatedJob"] = _replicated(job)
-            out.extend(_judge(run, "Pod", base, root, job, notes))
+            out.extend(_judge(run, "Pod", base, pod, max(run.shared_size, size), root, job, notes))
     if annotations is not None:
         for key, values in run.annotations.items():
             annotations[key] = ", ".join(values)

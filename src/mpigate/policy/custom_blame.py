@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mpigate.cel import Budget, EvalError, Inputs
-from mpigate.cel.cost import input_size
 from mpigate.cel.validation import CompiledPolicy, Outcome, Validation
 from mpigate.config.crossfile.customrules import _environment
+from mpigate.config.frozen import thaw
 from mpigate.trainjob import EffectiveJob
 
 __all__ = ["Narrowed", "blame", "field_path"]
@@ -51,13 +51,14 @@ def blame(
         return [f"{where}{'.' if where and field else ''}{field}" if field else (where or "(object)")]
     items = blamed_items(policy, validation, narrowed, budget)
     paths: list[str] = []
-    picks: list[tuple[str, int, str] | None] = list(items) or [None]
+    picks: list[tuple[str, int, Any] | None] = list(items) or [None]
     for pick in picks:
         if validation.field_path:
             paths.append(job.origin(field_path(validation.field_path, pick[:2] if pick else None)))
         elif pick is not None:
             list_field, index, key = pick
-            paths.append(job.origin(("spec", list_field, index, key) if key else ("spec", list_field, index)))
+            item: tuple[str | int, ...] = ("spec", list_field, index)
+            paths.append(job.origin((*item, key) if key else item))  # None: the item as a whole
         else:
             paths.append(job.origin(("spec",)))
     return list(dict.fromkeys(paths))
@@ -67,15 +68,36 @@ def blame(
 class Narrowed:
     """One object's pod with one list narrowed — to nothing, to one item, or to one item without one
     field — as CEL inputs: converted on first use and shared by every rule blamed on the pod (each
-    conversion costs more than an evaluation)."""
+    conversion costs more than an evaluation). ``base`` holds the inputs with the pod as the rules
+    read it (:func:`mpigate.cel.reads.prune`), ``pod`` the whole pod (its lists and fields are what
+    blame tries, in their order), ``size`` the cost bound's n of the whole pod and shared values:
+    a narrowed pod is no larger, so it is measured once."""
 
     base: Mapping[str, Any]
-    #: the cost bound's n of the values every evaluation of the request shares
-    shared_size: int = 1
-    #: the cost bound's n: a narrowed pod is no larger than the pod, so it is measured once
-    size: int = 0
+    pod: Mapping[str, Any]
+    size: int
     # keyed by (list, index, field): a field's key is whatever the object has (a YAML key may be a number)
     inputs: dict[tuple[str, int, Any], Inputs | None] = field(default_factory=dict)
+    _plain: dict[str, Any] | None = None
+
+    def plain(self) -> dict[str, Any]:
+        """The whole pod as plain data (thawed once, when a violation on it is first blamed)."""
+        if self._plain is None:
+            self._plain = thaw(self.pod)
+        return self._plain
+
+    def read(self, list_field: str, index: int, removed: Any) -> bool:
+        """Whether a rule can observe ``list_field`` (item ``index`` without its field ``removed``):
+        what no rule reads was cut from ``base``, and judging the pod without it gives the pod's
+        own result."""
+        spec = self.base["object"].get("spec")
+        items = spec.get(list_field) if isinstance(spec, dict) else None
+        if not isinstance(items, list):
+            return False
+        if removed is None:
+            return True
+        item = items[index]
+        return isinstance(item, dict) and removed in item
 
     def get(self, list_field: str, index: int, removed: Any) -> Inputs | None:
         """The inputs with ``list_field`` narrowed to item ``index`` (-1: none) without its field
@@ -85,8 +107,6 @@ class Narrowed:
             return self.inputs[key]
         pod = self.base["object"]
         spec = pod.get("spec") or {}
-        if not self.size:
-            self.size = max(self.shared_size, input_size(pod))
         items: list[Any] = []
         if index >= 0:
             item = spec[list_field][index]
@@ -102,15 +122,20 @@ class Narrowed:
 
 def blamed_items(
     policy: CompiledPolicy, validation: Validation, narrowed: Narrowed, budget: Budget
-) -> list[tuple[str, int, str]]:
+) -> list[tuple[str, int, Any]]:
     """The items (containers, volumes...) a violation comes from — each alone still violates, and
     the pod without that list does not — and, within an item, the fields whose removal mends it
-    (``""``: the item as a whole); only evaluated for a violation, never on a passing pod."""
+    (None: the item as a whole; a field's key is whatever the object has, a YAML key may be a
+    number); only evaluated for a violation, never on a passing pod. A list or field no rule reads
+    is not judged again: the pod without it still violates, and the budget is charged as if it had
+    been judged."""
     env = _environment()
-    spec = narrowed.base["object"].get("spec") or {}
-    out: list[tuple[str, int, str]] = []
+    spec = narrowed.plain().get("spec") or {}
+    out: list[tuple[str, int, Any]] = []
 
     def violates(list_field: str, index: int, removed: Any = None) -> bool:
+        if not narrowed.read(list_field, index, removed):
+            return policy.charge_violation(validation, narrowed.size, budget)
         inputs = narrowed.get(list_field, index, removed)
         if inputs is None:
             return False
@@ -126,10 +151,10 @@ def blamed_items(
         for index, item in enumerate(items):
             if not violates(list_field, index):
                 continue
-            keys = (
+            keys: list[Any] = (
                 [k for k in item if k != "name" and not violates(list_field, index, k)]
                 if isinstance(item, dict)
                 else []
             )
-            out.extend((list_field, index, key) for key in keys or [""])
+            out.extend((list_field, index, key) for key in keys or [None])
     return out

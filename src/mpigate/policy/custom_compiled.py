@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpigate.cel.env import CompileError, Environment, Program
+from mpigate.cel.reads import Need, merge
 from mpigate.cel.validation import CompiledPolicy, Validation
 from mpigate.config import Config
 from mpigate.config.crossfile.customrules import compile_rule
@@ -35,6 +36,7 @@ __all__ = [
     "compiled_rules",
     "config_cache",
     "custom_rule_meta",
+    "input_needs",
     "inputs_read",
     "rule_label_keys",
     "selects_namespaces",
@@ -230,6 +232,29 @@ def inputs_read(config: Config) -> frozenset[str]:
         return frozenset(_INPUT_NAME.findall(text))
 
     found: frozenset[str] = memoized(config, ("policy.custom.reads",), build)
+    return found
+
+
+def input_needs(config: Config) -> Mapping[str, Need]:
+    """What the config's expressions can observe of each input, united over every program of every
+    rule (match conditions, validations, messageExpressions, auditAnnotations; once per config):
+    the object, the job and the runtime are cut down to it before conversion
+    (:func:`mpigate.cel.reads.prune`)."""
+
+    def build() -> Mapping[str, Need]:
+        programs: list[Program] = []
+        for compiled in compiled_rules(config):
+            chosen = [*compiled.default, *(p for ps in compiled.per_team.values() for p in ps)]
+            for _, policy in chosen:
+                programs.extend(e.program for _, e in policy.match_conditions)
+                programs.extend(e.program for _, e in policy.audit_annotations)
+                for v in policy.validations:
+                    programs.append(v.expression.program)
+                    if v.message_expression is not None:
+                        programs.append(v.message_expression.program)
+        return merge(p.reads for p in programs)
+
+    found: Mapping[str, Need] = memoized(config, ("policy.custom.input-needs",), build)
     return found
 
 

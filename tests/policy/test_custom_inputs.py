@@ -1,0 +1,128 @@
+"""CustomRules judge the job and its pods cut down to what the config's expressions read
+(mpigate.cel.reads), and blame skips the lists and fields no rule reads: neither may change a
+decision, a message, a blamed path, an error or the cost budget (issue 22 item 7)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mpigate.cel import Budget
+from mpigate.cel.validation import CompiledPolicy, compile_policy, environment
+from mpigate.config import Config, check_tree, load
+from mpigate.policytest import run_suites
+from tests.conftest import TODAY
+from tests.policy.helpers import decide, org_tree, runtime_patch, smoke_job
+from tests.policy.test_library import NAMES, SUITES, org_with_library
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> Config:
+    entries = yaml.safe_load((SUITES / "rules.yaml").read_text(encoding="utf-8"))
+    root = org_with_library(tmp_path_factory.mktemp("library") / "org", entries)
+    (root / "policies" / "tests").mkdir()
+    for name in NAMES:
+        shutil.copy(SUITES / f"{name}.yaml", root / "policies" / "tests" / f"{name}.yaml")
+    assert check_tree(root, today=TODAY).ok
+    return load(root, today=TODAY)
+
+
+def _decisions(config: Config) -> list[Any]:
+    out = []
+    for suite in run_suites(config, config.tests):
+        for case in suite.cases:
+            decision = case.decision
+            assert decision is not None, case.error
+            out.append((case.name, decision.allowed, decision.violations, decision.warnings))
+    return out
+
+
+def test_cutting_the_inputs_changes_no_decision_of_the_library_suites(
+    library: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every library rule on every case of its suite (violations on pods blamed at their paths):
+    # the same decisions with the inputs cut and with them converted whole, as before
+    cut = _decisions(library)
+    monkeypatch.setattr("mpigate.policy.custom.prune", lambda value, need: None)
+    assert cut == _decisions(library)
+    assert sum(1 for _, allowed, _, _ in cut if not allowed) >= len(NAMES)
+
+
+NOT_REPRESENTABLE = """\
+apiVersion: mpigate.io/v1alpha1
+kind: CustomRule
+metadata: {name: owner-label}
+spec:
+  id: ACME-OWNER-LABEL
+  title: Every TrainJob carries an owner label
+  validations:
+    - expression: "'acme.example/owner' in object.metadata.?labels.orValue({})"
+      message: the TrainJob has no acme.example/owner label
+"""
+
+
+def test_a_value_cel_cannot_represent_fails_the_rule_even_where_no_rule_reads_it(tmp_path: Path) -> None:
+    config = load(org_tree(tmp_path / "org", {"policies/rules/r.yaml": NOT_REPRESENTABLE}), today=TODAY)
+    job = smoke_job(**{"acme.example/owner": "maria"})
+    assert not [v for v in decide(config, job).violations if v.rule == "ACME-OWNER-LABEL"]
+    job["metadata"]["annotations"] = {"big": 2**70}  # no rule reads annotations
+    (violation,) = [v for v in decide(config, job).violations if v.rule == "ACME-OWNER-LABEL"]
+    assert "out of range" in violation.message
+
+
+def _violation_policy() -> CompiledPolicy:
+    policy = compile_policy(
+        environment(),
+        match_conditions=[],
+        variables=[],
+        validations=[
+            {"expression": "object.spec.items.all(i, i.n < 10)", "messageExpression": "'n: ' + string(1)"}
+        ],
+        failure_policy="Fail",
+        params=None,
+    )
+    assert isinstance(policy, CompiledPolicy)
+    return policy
+
+
+# on these inputs (n 10) the expression's bound is 90 and the messageExpression's 21: enough for
+# both, for both exactly, for the expression alone, for neither
+@pytest.mark.parametrize("remaining", [10_000_000.0, 111.0, 100.0, 50.0])
+def test_a_known_violation_charges_the_budget_as_its_evaluation(remaining: float) -> None:
+    # blame does not judge a pod again without a field no rule reads: it charges what check would
+    policy = _violation_policy()
+    (validation,) = policy.validations
+    env = environment()
+    inputs = env.inputs({"object": {"spec": {"items": [{"n": 12}] * 8}}})
+    checked, charged = Budget(remaining), Budget(remaining)
+    outcome = policy.check(env, inputs, validation, checked)
+    violates = outcome is not None and outcome.kind == "violation"
+    assert policy.charge_violation(validation, inputs.size, charged) is violates
+    assert charged.remaining == checked.remaining
+
+
+NUMBERED = """\
+apiVersion: mpigate.io/v1alpha1
+kind: CustomRule
+metadata: {name: caps}
+spec:
+  id: ACME-CAPS
+  title: no added capabilities
+  match: {targets: [Pod]}
+  validations:
+    - expression: "object.spec.containers.all(c, c.?securityContext.?capabilities.?add.orValue([]) == [])"
+      message: a container adds capabilities
+"""
+
+
+def test_a_numeric_key_in_a_blamed_container_is_no_crash(tmp_path: Path) -> None:
+    # a YAML key may be a number: blame names the container (the compiled build typed keys as str)
+    config = load(org_tree(tmp_path / "org", {"policies/rules/r.yaml": NUMBERED}), today=TODAY)
+    node = {"name": "node", 8080: "x", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}
+    job = smoke_job(runtime_patch("acme.example/tuning", "node", {"containers": [node]}))
+    (violation,) = [v for v in decide(config, job).violations if v.rule == "ACME-CAPS"]
+    assert violation.path.endswith("containers[name=node].securityContext"), violation.path
