@@ -25,6 +25,7 @@ from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_option
 
 from . import k8slib
 from .cost import Cost, checked_tree, estimate_tree, input_size
+from .fuse import fuse, restore_names
 from .reads import Need, reads_of
 from .types import pool
 
@@ -150,7 +151,7 @@ class Program:
 
 
 def _clean(text: str) -> str:
-    text = re.sub(r"^[A-Z_]+: ", "", text.strip())
+    text = re.sub(r"^[A-Z_]+: ", "", restore_names(text.strip()))
     return re.sub(r" \[[A-Z_]+\]$", "", text)
 
 
@@ -212,6 +213,11 @@ class Environment:
             tree = checked_tree(serialized)
         except (ValueError, IndexError, UnicodeDecodeError):  # pragma: no cover - binding format
             tree = None
+        # the program evaluated: quantity(x).asApproximateFloat() as one call into Python; the
+        # cost bound and the reads are the expression's as written
+        fused = fuse(serialized)
+        if fused is not None:
+            expression = self._env.deserialize(fused)
         cost = estimate_tree(tree)
         digest = "sha256:" + hashlib.sha256(source.encode()).hexdigest()
         return Program(source, expression, cost, digest, reads_of(tree, self.variables))
