@@ -12,11 +12,13 @@ import pytest
 import yaml
 
 from mpigate.cel import Budget
+from mpigate.cel.cost import input_size
 from mpigate.cel.validation import CompiledPolicy, compile_policy, environment
 from mpigate.config import Config, check_tree, load
+from mpigate.policy.custom_blame import Narrowed, blamed_items
 from mpigate.policytest import run_suites
 from tests.conftest import TODAY
-from tests.policy.helpers import decide, org_tree, runtime_patch, smoke_job
+from tests.policy.helpers import decide, org_tree, smoke_job
 from tests.policy.test_library import NAMES, SUITES, org_with_library
 
 
@@ -105,24 +107,19 @@ def test_a_known_violation_charges_the_budget_as_its_evaluation(remaining: float
     assert charged.remaining == checked.remaining
 
 
-NUMBERED = """\
-apiVersion: mpigate.io/v1alpha1
-kind: CustomRule
-metadata: {name: caps}
-spec:
-  id: ACME-CAPS
-  title: no added capabilities
-  match: {targets: [Pod]}
-  validations:
-    - expression: "object.spec.containers.all(c, c.?securityContext.?capabilities.?add.orValue([]) == [])"
-      message: a container adds capabilities
-"""
-
-
-def test_a_numeric_key_in_a_blamed_container_is_no_crash(tmp_path: Path) -> None:
-    # a YAML key may be a number: blame names the container (the compiled build typed keys as str)
-    config = load(org_tree(tmp_path / "org", {"policies/rules/r.yaml": NUMBERED}), today=TODAY)
-    node = {"name": "node", 8080: "x", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}
-    job = smoke_job(runtime_patch("acme.example/tuning", "node", {"containers": [node]}))
-    (violation,) = [v for v in decide(config, job).violations if v.rule == "ACME-CAPS"]
-    assert violation.path.endswith("containers[name=node].securityContext"), violation.path
+def test_a_numeric_key_that_mends_a_violation_is_blamed() -> None:
+    # a YAML key may be a number: blame returns it as it is (the compiled build typed keys as str
+    # and raised TypeError)
+    policy = compile_policy(
+        environment(),
+        match_conditions=[],
+        variables=[],
+        validations=[{"expression": "object.spec.containers.all(c, !(8080 in c))"}],
+        failure_policy="Fail",
+        params=None,
+    )
+    assert isinstance(policy, CompiledPolicy)
+    (validation,) = policy.validations
+    pod = {"spec": {"containers": [{"name": "node", 8080: "x", "image": "i"}]}}
+    narrowed = Narrowed({"object": pod}, pod, input_size(pod))
+    assert blamed_items(policy, validation, narrowed, Budget()) == [("containers", 0, 8080)]
