@@ -43,13 +43,15 @@ def _decisions(config: Config) -> list[Any]:
     return out
 
 
-def test_cutting_the_inputs_changes_no_decision_of_the_library_suites(
+def test_cutting_the_inputs_and_blame_changes_no_decision_of_the_library_suites(
     library: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # every library rule on every case of its suite (violations on pods blamed at their paths):
-    # the same decisions with the inputs cut and with them converted whole, as before
+    # the same decisions with the inputs cut and blame judging only what each expression reads,
+    # and with the inputs converted whole and every list and field tried, as before
     cut = _decisions(library)
     monkeypatch.setattr("mpigate.policy.custom.prune", lambda value, need: None)
+    monkeypatch.setattr("mpigate.policy.custom_blame.reads_part", lambda *args: True)
     assert cut == _decisions(library)
     assert sum(1 for _, allowed, _, _ in cut if not allowed) >= len(NAMES)
 
@@ -95,7 +97,8 @@ def _violation_policy() -> CompiledPolicy:
 # both, for both exactly, for the expression alone, for neither
 @pytest.mark.parametrize("remaining", [10_000_000.0, 111.0, 100.0, 50.0])
 def test_a_known_violation_charges_the_budget_as_its_evaluation(remaining: float) -> None:
-    # blame does not judge a pod again without a field no rule reads: it charges what check would
+    # blame does not judge a pod again without a field its expression does not read: it charges
+    # what check would
     policy = _violation_policy()
     (validation,) = policy.validations
     env = environment()

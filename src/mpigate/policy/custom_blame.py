@@ -15,7 +15,7 @@ from mpigate.config.crossfile.customrules import _environment
 from mpigate.config.frozen import thaw
 from mpigate.trainjob import EffectiveJob
 
-__all__ = ["Narrowed", "blame", "field_path"]
+__all__ = ["Narrowed", "blame", "field_path", "reads_part"]
 
 _LISTS = ("initContainers", "containers", "ephemeralContainers", "volumes")
 
@@ -134,7 +134,8 @@ def blamed_items(
     out: list[tuple[str, int, Any]] = []
 
     def violates(list_field: str, index: int, removed: Any = None) -> bool:
-        if not narrowed.read(list_field, index, removed):
+        if not reads_part(validation, list_field, removed) or not narrowed.read(list_field, index, removed):
+            # what the expression does not read: judged without it, the pod still violates
             return policy.charge_violation(validation, narrowed.size, budget)
         inputs = narrowed.get(list_field, index, removed)
         if inputs is None:
@@ -158,3 +159,22 @@ def blamed_items(
             )
             out.extend((list_field, index, key) for key in keys or [None])
     return out
+
+
+def reads_part(validation: Validation, list_field: str, removed: Any) -> bool:
+    """Whether ``validation``'s expression can observe the pod's ``list_field`` (``removed`` not
+    None: that field of its items) — else the pod narrowed there judges as the pod itself. The
+    object is converted whole or not at all, so a part no expression reads cannot fail it either."""
+    need = validation.expression.program.reads.get("object")
+    for step in ("spec", list_field):
+        if need is None:
+            return False
+        if need.whole:
+            return True
+        need = need.child(step)
+    if need is None:
+        return False
+    if need.whole or removed is None:
+        return True
+    element = need.any  # an item is read by iterating or indexing the list
+    return element is not None and (element.whole or element.child(removed) is not None)
