@@ -288,19 +288,25 @@ def _cut(value: Any, need: Need, shared: bool) -> Any:
     kind = type(value)
     if kind is dict or kind is MappingProxyType:
         every = need.any
-        if every is None:
-            # only looked up by key (nothing iterates it, or it would be read every entry): the
-            # order of the entries cannot be observed
-            return {
-                key: _cut(value[key], child, shared) for key, child in need.fields.items() if key in value
-            }
-        return {key: _cut(item, need.child(key) or every, shared) for key, item in value.items()}
+        if every is not None:
+            return {key: _cut(item, need.child(key) or every, shared) for key, item in value.items()}
+        # only looked up by key (nothing iterates it, or it would be read every entry): the order
+        # of the entries cannot be observed
+        out: dict[str, Any] = {}
+        for key, child in need.fields.items():
+            item = value.get(key, _ABSENT)
+            if item is not _ABSENT:
+                out[key] = item if child.whole and shared else _cut(item, child, shared)
+        return out
     if kind is list or kind is tuple:
         element = need.any or _NOTHING
+        if element.whole and shared:
+            return value
         return [_cut(item, element, shared) for item in value]
     return value
 
 
+_ABSENT = object()
 _NOTHING = Need()
 
 
