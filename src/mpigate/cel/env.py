@@ -12,6 +12,7 @@ values, converted once and shared by every program evaluated on the same object)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import threading
@@ -217,7 +218,9 @@ class Environment:
         # cost bound and the reads are the expression's as written
         fused = fuse(serialized)
         if fused is not None:
-            expression = self._env.deserialize(fused)
+            # a rewrite the binding refused would be run as written
+            with contextlib.suppress(Exception):
+                expression = self._env.deserialize(fused)
         cost = estimate_tree(tree)
         digest = "sha256:" + hashlib.sha256(source.encode()).hexdigest()
         return Program(source, expression, cost, digest, reads_of(tree, self.variables))
