@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from mpigate.cli import cli
 from mpigate.config.model import NetworkProfile
 from mpigate.preflight import LocalRun, PreflightSettings, run_local
+from mpigate.preflight.launch import PORT_RACE
 from tests.conftest import REPO
 
 from .conftest import MpiInstall
@@ -37,18 +38,26 @@ def _run(
     extra_env: tuple[tuple[str, str], ...] = (),
     pods: int = 0,
 ) -> LocalRun:
-    return run_local(
-        4,
-        profile,
-        judge=pinned,
-        settings=SETTINGS,
-        timeout=120,
-        python=install.python,
-        mpirun=install.mpirun,
-        implementation=install.implementation,
-        extra_env=(*install.env.items(), *extra_env),
-        pods=pods,
-    )
+    """One launch; relaunched (at most twice) only when MPI_Init lost libfabric's port race — two
+    ranks of one pod bound the same port of the data range and the second could not listen
+    (``mpigate.preflight.launch.PORT_RACE``: libfabric's behaviour, not what these tests judge; it
+    failed a landing once at load ~5). Any other failure is returned at once."""
+    for _ in range(3):
+        run = run_local(
+            4,
+            profile,
+            judge=pinned,
+            settings=SETTINGS,
+            timeout=120,
+            python=install.python,
+            mpirun=install.mpirun,
+            implementation=install.implementation,
+            extra_env=(*install.env.items(), *extra_env),
+            pods=pods,
+        )
+        if PORT_RACE not in run.problems:
+            break
+    return run
 
 
 def _assert_ran(run: LocalRun, install: MpiInstall, *, ports: str) -> None:

@@ -36,8 +36,10 @@ from .report import PreflightReport
 
 __all__ = [
     "DEFAULT_LAUNCHERS",
+    "PORT_RACE",
     "LocalRun",
     "launch_environment",
+    "lost_port_race",
     "mpi_unavailable",
     "mpirun_command",
     "run_local",
@@ -216,6 +218,27 @@ class LocalRun:
         }
 
 
+# libfabric's tcp provider (Intel MPI; MPICH on ch4:ofi) lets two ranks of one pod take the same
+# port of the pinned data range: each rank's listener sets SO_REUSEADDR (prov/tcp/src/xnet_ep.c
+# xnet_setup_socket), binds a random port of FI_TCP_PORT_LOW_RANGE..HIGH_RANGE and moves on only
+# when bind fails (prov/tcp/src/xnet_pep.c xnet_bind_to_port_range), and listens later
+# (xnet_listen). Linux lets two SO_REUSEADDR sockets bind one port while neither listens, so the
+# second listen fails with EADDRINUSE and MPI_Init aborts ("OFI EP enable failed ... Address already
+# in use"). Not a confinement failure: the same launch usually succeeds when run again.
+PORT_RACE = (
+    "two ranks of one pod took the same port of the data range at MPI_Init and one of them could not "
+    "listen on it (libfabric's tcp provider binds a random port of FI_TCP_PORT_LOW_RANGE.."
+    "FI_TCP_PORT_HIGH_RANGE with SO_REUSEADDR and listens later; the second listen fails with "
+    "'Address already in use'): run it again; a wider data range makes it rarer (docs/networking.md, "
+    "Sizing the ranges)"
+)
+
+
+def lost_port_race(output: str) -> bool:
+    """Whether a launch's output shows MPI_Init aborted by libfabric's port race (:data:`PORT_RACE`)."""
+    return "OFI EP enable failed" in output and "Address already in use" in output
+
+
 def _parse_report(stdout: str) -> PreflightReport | None:
     start = stdout.find("{")
     if start < 0:
@@ -299,6 +322,8 @@ def run_local(
     report = _parse_report(stdout)
     if report is None:
         problems.append(f"no preflight report on {Path(mpirun).name}'s standard output")
+        if lost_port_race(stdout + stderr):
+            problems.append(PORT_RACE)
     if report is not None:
         # What each rank saw of itself at its barrier (every connection of the checks still open)
         # joins what the sampler caught: on a busy host the sampler can miss a short window.
