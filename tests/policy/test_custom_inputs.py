@@ -18,12 +18,14 @@ from mpigate.config import Config, check_tree, load
 from mpigate.policy.custom_blame import Narrowed, blamed_items
 from mpigate.policytest import run_suites
 from tests.conftest import TODAY
-from tests.policy.helpers import decide, org_tree, smoke_job
+from tests.policy.helpers import decide, smoke_job
+from tests.policy.test_custom_rules import OWNER, _tree
 from tests.policy.test_library import NAMES, SUITES, org_with_library
 
 
 @pytest.fixture(scope="module")
 def library(tmp_path_factory: pytest.TempPathFactory) -> Config:
+    """test_library's org: every library rule enabled, every suite of theirs in its tests."""
     entries = yaml.safe_load((SUITES / "rules.yaml").read_text(encoding="utf-8"))
     root = org_with_library(tmp_path_factory.mktemp("library") / "org", entries)
     (root / "policies" / "tests").mkdir()
@@ -56,21 +58,8 @@ def test_cutting_the_inputs_and_blame_changes_no_decision_of_the_library_suites(
     assert sum(1 for _, allowed, _, _ in cut if not allowed) >= len(NAMES)
 
 
-NOT_REPRESENTABLE = """\
-apiVersion: mpigate.io/v1alpha1
-kind: CustomRule
-metadata: {name: owner-label}
-spec:
-  id: ACME-OWNER-LABEL
-  title: Every TrainJob carries an owner label
-  validations:
-    - expression: "'acme.example/owner' in object.metadata.?labels.orValue({})"
-      message: the TrainJob has no acme.example/owner label
-"""
-
-
 def test_a_value_cel_cannot_represent_fails_the_rule_even_where_no_rule_reads_it(tmp_path: Path) -> None:
-    config = load(org_tree(tmp_path / "org", {"policies/rules/r.yaml": NOT_REPRESENTABLE}), today=TODAY)
+    config = load(_tree(tmp_path, OWNER), today=TODAY)
     job = smoke_job(**{"acme.example/owner": "maria"})
     assert not [v for v in decide(config, job).violations if v.rule == "ACME-OWNER-LABEL"]
     job["metadata"]["annotations"] = {"big": 2**70}  # no rule reads annotations

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Cost", "Node", "checked_tree", "estimate", "estimate_tree", "input_size"]
+__all__ = ["Cost", "Node", "checked_tree", "estimate", "estimate_tree", "input_size", "wire_fields"]
 
 # Functions whose work is proportional to their operands' size (cel-go checker/cost.go
 # "traversal" costs; 0.1 per character for strings there, 1 per element here). Comparisons are
@@ -122,8 +122,9 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(data: bytes) -> Iterator[tuple[int, Any]]:
-    """(field number, value) of one message: varints as ints, length-delimited as bytes."""
+def wire_fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) of one protobuf message: varints as ints, the others as
+    bytes (also read by :mod:`.fuse`, which writes them back)."""
     pos = 0
     while pos < len(data):
         key, pos = _varint(data, pos)
@@ -141,6 +142,12 @@ def _fields(data: bytes) -> Iterator[tuple[int, Any]]:
             value, pos = data[pos : pos + 4], pos + 4
         else:  # pragma: no cover - groups are not used by cel.expr
             raise ValueError(f"unsupported wire type {wire}")
+        yield number, wire, value
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, Any]]:
+    """(field number, value) of one message: varints as ints, length-delimited as bytes."""
+    for number, _, value in wire_fields(data):
         yield number, value
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .cost import wire_fields
+
 __all__ = ["FUSED", "fuse", "restore_names"]
 
 #: fused function name -> (its overload id, the function its errors are reported as)
@@ -29,38 +31,8 @@ FUSED: dict[str, tuple[str, str]] = {"@mpigate_quantity_float": ("mpigate_quanti
 _Field = tuple[int, int, int | bytes]  # (number, wire type, varint or raw bytes)
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
 def _decode(data: bytes) -> list[_Field]:
-    out: list[_Field] = []
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        value: int | bytes
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            value = data[pos : pos + length]
-            pos += length
-        elif wire == 1:
-            value, pos = data[pos : pos + 8], pos + 8
-        elif wire == 5:
-            value, pos = data[pos : pos + 4], pos + 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        out.append((number, wire, value))
-    return out
+    return list(wire_fields(data))
 
 
 def _put_varint(value: int) -> bytes:
