@@ -135,3 +135,17 @@ def test_log_fields_keeps_the_levels_and_reports_a_failed_write(
     stream.close()  # writing fails: the handler reports it on stderr, as logging does, and nothing raises
     log_fields(logger, logging.ERROR, REVIEW_LINE, "%s", "lost")
     assert "--- Logging error ---" in capsys.readouterr().err
+
+
+def test_log_fields_reports_a_message_that_does_not_format(
+    json_logger: tuple[logging.Logger, io.StringIO, list[logging.LogRecord]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # as logging does (the message is made in the handler's emit): reported, never raised into
+    # the review that logs it
+    logger, stream, _ = json_logger
+    log_fields(logger, logging.INFO, REVIEW_LINE, "%d reviews", "not a number")
+    assert stream.getvalue() == ""
+    assert "--- Logging error ---" in capsys.readouterr().err
+    log_fields(logger, logging.INFO, REVIEW_LINE, "100% literal")  # no arguments: no formatting
+    assert [line["msg"] for line in _lines(stream)] == ["100% literal"]

@@ -137,10 +137,11 @@ def log_fields(logger: logging.Logger, level: int, fields: dict[str, Any], msg: 
         return
     formatter = handler.formatter
     assert isinstance(formatter, JsonFormatter)
-    message = msg % args if args else msg
     handler.acquire()
     try:
-        # Handler.emit's two steps: the line with its terminator, then a flush
+        # Handler.emit's steps: the message and the line (LogRecord.getMessage: % only with
+        # arguments), the line with its terminator, then a flush
+        message = msg % args if args else msg
         line = formatter.line(time.time(), logging.getLevelName(level), logger.name, message, fields)
         handler.stream.write(line + handler.terminator)
         handler.flush()
