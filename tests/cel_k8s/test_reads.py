@@ -63,6 +63,12 @@ def _reads(source: str) -> Any:
         ("[1, 2].all(object, object > 0)", {}),
         ("size(object)", {"object": "*"}),
         ("object.spec.?x.orValue({}).y == 1", {"object": {"spec": {"x": {"y": "*"}}}}),
+        # a map literal's keys are expressions too: a key is read whole, as a value is
+        ("{object.metadata.name: 1}.size() == 1", {"object": {"metadata": {"name": "*"}}}),
+        (
+            "{object.?metadata.?labels.?tier.orValue('none'): true}.exists(k, k == 'gpu')",
+            {"object": {"metadata": {"labels": {"tier": "*"}}}},
+        ),
     ],
 )
 def test_an_expression_reads_what_it_can_observe(source: str, reads: Any) -> None:
@@ -100,6 +106,8 @@ SOURCES = [
     "object.spec.containers[1].ports.size() == 0",  # a missing field: the same error
     "object.metadata.annotations.note.size() > 90",
     "has(object.spec.volumes[0].emptyDir) && !has(object.spec.volumes[0].hostPath)",
+    # what a map literal's key reads decides the result
+    "{object.?metadata.?labels.?a.orValue('none'): true}.exists(k, k == '1')",
 ]
 
 

@@ -164,8 +164,10 @@ class Node:
     name: str = ""  # ident name, select field, call function, a string constant's value
     children: tuple[Node, ...] = ()
     # comprehension: (range, accu init, loop condition, loop step, result) in children; name = accu,
-    # keys = (iteration variable,); a select in has(): keys = ("has",)
+    # keys = (iteration variable,) or, with two, (first, second); a select in has(): keys = ("has",)
     keys: tuple[str | None, ...] = ()  # struct: each entry's key when it is a string constant
+    # struct: the key expressions of a map literal (evaluated like its values: they cost and read)
+    key_nodes: tuple[Node, ...] = ()
 
 
 def _parse(data: bytes) -> Node:
@@ -203,12 +205,15 @@ def _parse(data: bytes) -> Node:
             values = [(_field(entry, 3), _field(entry, 4)) for entry in entries]
             nodes = [(_parse(k) if k is not None else None, _parse(v)) for k, v in values if v is not None]
             keys = tuple(k.name if k is not None and k.kind == "const" else None for k, _ in nodes)
-            return Node("struct", "", tuple(v for _, v in nodes), keys)
+            key_nodes = tuple(k for k, _ in nodes if k is not None)
+            return Node("struct", "", tuple(v for _, v in nodes), keys, key_nodes)
         if number == 9:
             parts = dict(_fields(value))
             accu = bytes(parts.get(3, b"")).decode()
             children = tuple(_parse(bytes(parts.get(i, b""))) for i in (2, 4, 5, 6, 7))
-            return Node("comprehension", accu, children, (bytes(parts.get(1, b"")).decode(),))
+            # iter_var (1) and, in a two-variable comprehension, iter_var2 (8)
+            iters = (bytes(parts.get(1, b"")).decode(), bytes(parts.get(8, b"")).decode())
+            return Node("comprehension", accu, children, iters if iters[1] else iters[:1])
     return Node("const")
 
 
@@ -249,7 +254,7 @@ def _estimate(node: Node, accus: dict[str, _Estimate]) -> _Estimate:
     if node.kind in ("list", "struct"):
         parts = [_estimate(c, accus) for c in node.children]
         cost = _ONE
-        for p in parts:
+        for p in (*parts, *(_estimate(k, accus) for k in node.key_nodes)):
             cost = _add(cost, p.cost)
         fields = None
         if node.kind == "struct" and node.keys and all(k is not None for k in node.keys):

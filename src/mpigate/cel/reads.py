@@ -141,7 +141,7 @@ class _Reads:
             selected = tuple(need.field(node.name) for need in inner)
             return () if node.keys else selected  # has(): the field's presence, a bool
         if kind in ("list", "struct"):
-            for child in node.children:
+            for child in (*node.children, *node.key_nodes):
                 self.whole(self.visit(child, scope))
             return ()
         if kind == "call":
@@ -169,13 +169,16 @@ class _Reads:
         return ()
 
     def _comprehension(self, node: Node, scope: Mapping[str, _Value]) -> _Value:
-        # children: range, accu init, loop condition, loop step, result; name: accu; keys: (iter,)
+        # children: range, accu init, loop condition, loop step, result; name: accu; keys: iter vars
         rng, init, cond, step, result = node.children
         iterated = tuple(need.every() for need in self.visit(rng, scope))
         accu = self.visit(init, scope)
         inner = dict(scope)
-        if node.keys and node.keys[0]:
-            inner[node.keys[0]] = iterated
+        # each iteration variable may be an element (an entry's value; in a two-variable
+        # comprehension over a list the first is the index, for which this reads more than needed)
+        for iter_var in node.keys:
+            if iter_var:
+                inner[iter_var] = iterated
         # the accumulator is the initial value or what a step made of it (a fixpoint: values only grow)
         for _ in range(3):
             inner[node.name] = accu
@@ -184,6 +187,9 @@ class _Reads:
             if len(grown) == len(accu):
                 break
             accu = grown
+        else:
+            # still growing (no step of the standard macros does this): whatever it holds is read whole
+            self.whole(accu)
         inner[node.name] = accu
         return self.visit(result, inner)
 
