@@ -1,8 +1,9 @@
 """Answers the engine prepares once per config give exactly what computing them per request gives:
 the credential check of the env entries of the config's runtimes (MPG-SEC-SECRETS) — each the
-same reason as :func:`credential_reason`, and the same findings, paths and messages whether the
-prepared answers are used or not, on the example TrainJobs and on generated and hostile ones whose
-env repeats, shadows or adds to the runtime's."""
+same reason as :func:`credential_reason` — and which of the runtimes' images break no image rule
+(MPG-IMG-001/002); the same findings, paths and messages whether the prepared answers are used or
+not, on the example TrainJobs and on generated and hostile ones whose env and images repeat,
+shadow or add to the runtime's, with and without a required digest."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from hypothesis import strategies as st
 
 from mpigate.policy import UserInfo
 from mpigate.policy.jobcontext import job_context
+from mpigate.policy.prepared import config_image_refs
+from mpigate.policy.rules.image import check_image_ref, check_images, config_clean_images
 from mpigate.policy.rules.security import check_secrets, config_credential_reasons, credential_reason
 from tests.conftest import REPO
 from tests.policy.helpers import example_org, read
@@ -42,7 +45,7 @@ ENV_NAMES = st.sampled_from(
 )
 
 
-def _secrets_both_ways(obj: dict[str, Any]) -> None:
+def _both_ways(obj: dict[str, Any]) -> None:
     meta = obj.get("metadata") or {}
     namespace = str(meta.get("namespace") or "nlp-team")
     team = ORG.team_for_namespace(namespace)
@@ -51,6 +54,19 @@ def _secrets_both_ways(obj: dict[str, Any]) -> None:
         return
     jobs = ctx.resolution.jobs
     assert list(check_secrets(jobs, config_credential_reasons(ORG))) == list(check_secrets(jobs))
+    known = config_image_refs(ORG)
+    for require_digest in (False, True):
+        reason = "data classified phi" if require_digest else "the org"
+        prepared = check_images(
+            ORG.org.images,
+            jobs,
+            require_digest=require_digest,
+            digest_reason=reason,
+            known=known,
+            clean=config_clean_images(ORG),
+        )
+        plain = check_images(ORG.org.images, jobs, require_digest=require_digest, digest_reason=reason)
+        assert list(prepared) == list(plain)
 
 
 def test_each_prepared_answer_is_credential_reason() -> None:
@@ -60,22 +76,44 @@ def test_each_prepared_answer_is_credential_reason() -> None:
         assert reason == credential_reason(name, value)
 
 
-def test_the_examples_get_the_same_secret_findings() -> None:
+def test_each_clean_image_breaks_no_image_rule() -> None:
+    clean = config_clean_images(ORG)
+    assert clean, "the example runtimes have images"
+    for image in config_image_refs(ORG):
+        for require_digest in (False, True):
+            findings = list(
+                check_image_ref(ORG.org.images, image, "x", require_digest=require_digest, digest_reason="r")
+            )
+            assert ((image, require_digest) in clean) == (not findings)
+
+
+def test_the_examples_get_the_same_findings() -> None:
     for path in EXAMPLES:
         obj = read(path)
-        _secrets_both_ways(obj)
+        _both_ways(obj)
         # the runtime's own entries repeated in spec.trainer.env, with a credential beside them
         hostile = copy.deepcopy(obj)
         trainer = hostile.setdefault("spec", {}).setdefault("trainer", {})
         trainer["env"] = [
             {"name": name, "value": value} for (name, value) in list(config_credential_reasons(ORG))[:3]
         ] + [{"name": "AWS_SECRET_ACCESS_KEY", "value": "AKIAABCDEFGHIJKLMNOP"}]
-        _secrets_both_ways(hostile)
+        # a runtime's image as the trainer's, and one no rule allows
+        for image in [*list(config_image_refs(ORG))[:2], "evil.example/x:latest", "busybox"]:
+            trainer["image"] = image
+            _both_ways(hostile)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trainjobs(), st.lists(st.tuples(ENV_NAMES, ENV_VALUES), max_size=4))
-def test_generated_jobs_get_the_same_secret_findings(job: dict[str, Any], env: list[tuple[str, str]]) -> None:
+@given(
+    trainjobs(),
+    st.lists(st.tuples(ENV_NAMES, ENV_VALUES), max_size=4),
+    st.sampled_from([None, *sorted(config_image_refs(ORG)), "evil.example/x:latest", "busybox"]),
+)
+def test_generated_jobs_get_the_same_findings(
+    job: dict[str, Any], env: list[tuple[str, str]], image: str | None
+) -> None:
     if env:
         job["spec"]["trainer"]["env"] = [{"name": n, "value": v} for n, v in env]
-    _secrets_both_ways(job)
+    if image is not None:
+        job["spec"]["trainer"]["image"] = image
+    _both_ways(job)

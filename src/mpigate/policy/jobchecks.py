@@ -16,7 +16,7 @@ from .decision import Demand
 from .findings import Finding
 from .mpijob import MPIJOB_PROBLEM_RULES
 from .prepared import config_image_refs
-from .rules.image import check_image_ref, check_images
+from .rules.image import check_image_ref, check_images, config_clean_images
 from .rules.lifecycle import check_lifecycle
 from .rules.network import check_network
 from .rules.quota import check_quota
@@ -145,6 +145,7 @@ def trainjob_findings(ctx: JobContext, demand: Demand | None) -> list[Finding]:
                 require_digest=ctx.require_digest,
                 digest_reason=ctx.require_digest_reason,
                 known=config_image_refs(config),
+                clean=config_clean_images(config),
             ),
         )
     else:

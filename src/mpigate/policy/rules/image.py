@@ -4,14 +4,17 @@ effective pod: trainer, runtime, initializers, init and ephemeral containers."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 
+from mpigate.config import Config
 from mpigate.config.model import ImagePolicy
 from mpigate.policy import images
 from mpigate.policy.findings import Finding
+from mpigate.policy.prepared import config_image_refs, memoized
 from mpigate.trainjob import EffectiveJob, is_mapping
 from mpigate.trainjob.model import DATASET_INITIALIZER
 
-__all__ = ["check_image_ref", "check_images"]
+__all__ = ["check_image_ref", "check_images", "config_clean_images"]
 
 
 def image_fields(job: EffectiveJob) -> Iterator[tuple[tuple[str | int, ...], object]]:
@@ -59,10 +62,12 @@ def check_images(
     require_digest: bool,
     digest_reason: str,
     known: Mapping[str, images.ImageRef | images.ImageRefError] | None = None,
+    clean: AbstractSet[tuple[str, bool]] | None = None,
 ) -> Iterator[Finding]:
     """Both image rules on every image reference of every job (:func:`image_fields`), once per
     field (a field that several pods share is reported once). ``known`` holds images parsed in
-    advance (the config's runtimes)."""
+    advance (the config's runtimes); ``clean``, ``(image, require_digest)`` pairs known to break
+    neither rule under ``policy`` (:func:`config_clean_images`)."""
     seen: set[str] = set()
     parsed: dict[str, images.ImageRef | images.ImageRefError] = {}
     # Whether an image has findings does not depend on its path, and the path is an origin lookup
@@ -72,6 +77,9 @@ def check_images(
     unnamed: list[tuple[EffectiveJob, tuple[str | int, ...]]] = []
     for job in jobs:
         for pod_path, image in image_fields(job):
+            if clean is not None and type(image) is str and (image, require_digest) in clean:
+                unnamed.append((job, pod_path))
+                continue
             if not any(
                 check_image_ref(
                     policy,
@@ -101,6 +109,30 @@ def check_images(
                 parsed=parsed,
                 known=known,
             )
+
+
+def config_clean_images(config: Config) -> AbstractSet[tuple[str, bool]]:
+    """``(image, require_digest)`` for every image of the config's runtimes
+    (:func:`mpigate.policy.prepared.config_image_refs`) that breaks neither image rule under the
+    org's image policy with that ``require_digest``, computed once per config: whether an image
+    has findings depends on nothing else (the path and the reason only word them)."""
+
+    def build() -> frozenset[tuple[str, bool]]:
+        known = config_image_refs(config)
+        policy = config.org.images
+        return frozenset(
+            (image, require_digest)
+            for image in known
+            for require_digest in (False, True)
+            if not any(
+                check_image_ref(
+                    policy, image, "", require_digest=require_digest, digest_reason="", known=known
+                )
+            )
+        )
+
+    found: frozenset[tuple[str, bool]] = memoized(config, ("policy.image.clean",), build)
+    return found
 
 
 def check_image_ref(
