@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .cost import Node
+from .cost import _STRING_FACTOR, Node
 
 __all__ = ["Need", "merge", "prune", "reads_of"]
 
@@ -213,7 +213,6 @@ def _whole() -> Need:
 # -- cutting a value down to what is read -----------------------------------------------------------
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # int64 and uint64: what the binding converts
-_STRING_FACTOR = 10  # as mpigate.cel.cost.input_size
 
 
 class _Unrepresentable(Exception):

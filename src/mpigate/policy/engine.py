@@ -175,7 +175,4 @@ def _unrecognized(config: Config, request: AdmissionInput, finding: Finding, now
     team = config.team_for_namespace(namespace) if namespace else None
     if request.operation in ("DELETE", "CONNECT"):
         return audited(config, request, namespace, name, team)
-    exceptions = config.exceptions_for(team.name) if team else ()
-    return decide(
-        config, request, namespace or None, name, team, [finding], [], None, exceptions, labels_of(obj), now
-    )
+    return decide(config, request, namespace or None, name, team, [finding], [], None, labels_of(obj), now)

@@ -195,7 +195,6 @@ def judge_job(
     if request.operation == "CREATE" and (note := implementation_note(ctx)) is not None:
         notes.append(note)
 
-    exceptions = config.exceptions_for(team.name) if team else ()
     return decide(
         config,
         request,
@@ -205,7 +204,6 @@ def judge_job(
         findings,
         patch,
         demand,
-        exceptions,
         ctx.labels,
         now,
         classification_controls=ctx.classification.controls if ctx.classification else (),

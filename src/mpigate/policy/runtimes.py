@@ -56,7 +56,6 @@ def judge_runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> 
             annotations=annotations,
         )
     )
-    exceptions = config.exceptions_for(team.name) if team else ()
     return decide(
         config,
         request,
@@ -66,7 +65,6 @@ def judge_runtime(config: Config, request: AdmissionInput, now: dt.datetime) -> 
         findings,
         [],
         None,
-        exceptions,
         labels_of(obj),
         now,
         notes=notes,

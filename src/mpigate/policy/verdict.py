@@ -77,7 +77,6 @@ def decide(
     findings: list[Finding],
     patch: list[dict[str, Any]],
     demand: Demand | None,
-    exceptions: Iterable[Any],
     labels: Mapping[str, str],
     now: dt.datetime,
     *,
@@ -85,6 +84,7 @@ def decide(
     notes: Iterable[str] = (),
     annotations: Mapping[str, str] | None = None,
 ) -> Decision:
+    exceptions = config.exceptions_for(team.name) if team is not None else ()
     rules = all_rules()
     custom = custom_rule_meta(config)
     day = now.astimezone(dt.UTC).date() if now.tzinfo else now.date()
