@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,29 +27,62 @@ Report = dict[str, Any]
 _CHILD = "MPIGATE_TEST_FRESH_INTERPRETER"
 
 
-@pytest.fixture
-def ran_apart(request: pytest.FixtureRequest) -> bool:
-    """True when the test was run, and passed, in a fresh interpreter instead of this one.
-
-    The report forks its worker processes only from a single-threaded process (it falls back to one
-    process otherwise); an earlier test of this pytest worker may have left threads (executors,
-    writer threads), depending on how the suite was distributed. The test then runs alone in a new
-    interpreter, where its assertions hold or fail — never a skip that hides it.
-    """
-    if threading.active_count() == 1:
-        return False
+@pytest.fixture(scope="module")
+def apart_outcomes(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
+    """Every test of this module that takes ``ran_apart``, run together in ONE fresh interpreter:
+    node id → its outcome there (passed, failed, error or skipped). One child pytest instead of one
+    per test — each child starts an interpreter, imports mpigate and writes the scenario (22-52 s
+    each at load ~5 in a `make test`, three of them)."""
     if os.environ.get(_CHILD):
         pytest.fail(f"a fresh interpreter runs {threading.active_count()} threads: reports would not fork")
+    nodeids = [
+        item.nodeid
+        for item in request.session.items
+        if item.parent is request.node and "ran_apart" in getattr(item, "fixturenames", ())
+    ]
+    junit = tmp_path_factory.mktemp("apart") / "junit.xml"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", request.node.nodeid],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *nodeids],
         cwd=request.config.rootpath,
         env={**os.environ, _CHILD: "1"},
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
+    outcomes: dict[str, str] = {}
+    if junit.exists():
+        for case in ET.parse(junit).iter("testcase"):
+            nodeid = _nodeid(case.get("classname", ""), case.get("name", ""))
+            kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+            outcomes[nodeid] = {"failure": "failed"}.get(kinds[0], kinds[0]) if kinds else "passed"
+    # what the child printed, for a test whose outcome is missing or wrong
+    outcomes["<output>"] = proc.stdout[-4000:] + proc.stderr[-2000:]
+    return outcomes
+
+
+def _nodeid(classname: str, name: str) -> str:
+    """A junit testcase's pytest node id (classname: the module's dotted path, for module-level tests)."""
+    return f"{classname.replace('.', '/')}.py::{name}"
+
+
+@pytest.fixture
+def ran_apart(request: pytest.FixtureRequest) -> bool:
+    """True when the test was run, and passed, in a fresh interpreter instead of this one.
+
+    The report forks its worker processes only from a single-threaded process (it falls back to one
+    process otherwise); an earlier test of this pytest worker may have left threads (executors,
+    writer threads), depending on how the suite was distributed. The test then runs in a new
+    interpreter (apart_outcomes: with the module's other such tests), where its assertions hold or
+    fail — never a skip that hides it.
+    """
+    if threading.active_count() == 1:
+        return False
+    outcomes: dict[str, str] = request.getfixturevalue("apart_outcomes")
+    assert outcomes.get(request.node.nodeid) == "passed", (
+        f"in a fresh interpreter: {outcomes.get(request.node.nodeid, 'not run')}\n{outcomes['<output>']}"
+    )
     return True
 
 
