@@ -51,6 +51,7 @@ def test_the_compiled_build_runs_in_the_background_and_its_stage_waits_for_it(tm
             "compiled-build": f"sh -c '{wait_for_gate}; echo building; touch {marker}'",
             "compiled-tests": f"test -e {marker}",
             "COMPILED_BUILD_LOG": str(log),
+            "COMPILED_TESTS_LOG": str(tmp_path / "tests.log"),
         },
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -68,9 +69,34 @@ def test_a_failed_compiled_build_fails_its_stage_without_running_its_tests(tmp_p
             "compiled-build": "sh -c 'echo mypyc says no; exit 1'",
             "compiled-tests": "echo compiled tests ran",
             "COMPILED_BUILD_LOG": str(log),
+            "COMPILED_TESTS_LOG": str(tmp_path / "tests.log"),
         },
     )
     assert done.returncode != 0
     assert "mypyc says no" in done.stdout and "(compiled build: exit 1 after " in done.stdout
     assert "compiled tests ran" not in done.stdout
     assert done.stdout.splitlines()[-1] == "make test: FAILED stage(s): compiled"
+
+
+def test_the_compiled_tests_run_beside_the_stages_as_soon_as_the_build_is_done(tmp_path: Path) -> None:
+    started = tmp_path / "compiled-tests-started"
+    # The pytest stage ends only once the compiled tests have started (bounded: 100 s), and lint
+    # sees them started too: they ran beside the stages, not after them.
+    wait_for = f"i=0; while [ ! -e {started} ] && [ $$i -lt 2000 ]; do sleep 0.05; i=$$((i+1)); done"
+    done = run_stages(
+        pytest=f"sh -c '{wait_for}; test -e {started}'",
+        lint=f"test -e {started}",
+        overrides={
+            "compiled-build": "echo built",
+            "compiled-tests": f"sh -c 'touch {started}; echo compiled tests ran; exit 5'",
+            "COMPILED_BUILD_LOG": str(tmp_path / "build.log"),
+            "COMPILED_TESTS_LOG": str(tmp_path / "tests.log"),
+        },
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode != 0
+    assert " pytest:ok(" in lines[-2] and " lint:ok(" in lines[-2], done.stdout + done.stderr
+    # the compiled stage shows the build's output, then the tests' output, and fails with them
+    assert lines.index("built") < lines.index("compiled tests ran")
+    assert "(compiled tests: exit 5 after " in done.stdout
+    assert lines[-1] == "make test: FAILED stage(s): compiled"
