@@ -32,10 +32,13 @@ INPUT_LIST := build/.input-files
 $(shell mkdir -p build && new=$$(mktemp build/.input-files.XXXXXX) && \
   printf '%s\n' $(sort $(COMPILED_INPUTS)) > "$$new" && \
   if cmp -s "$$new" $(INPUT_LIST); then rm -f "$$new"; else mv -f "$$new" $(INPUT_LIST); fi)
+# tests/config without the tests of its interpreted modules alone (the YAML reader, units, the
+# schemas): run on the compiled build they run the same interpreted code again.
 COMPILED_TESTS ?= tests/policy tests/trainjob tests/kueue/test_model.py tests/admission/test_examples.py \
   tests/admission/test_review.py tests/admission/test_fuzz.py tests/admission/test_server.py \
   tests/admission/test_deadline.py tests/admission/test_inline.py tests/admission/test_workers.py \
-  tests/admission/test_limits.py tests/config tests/render/test_render.py \
+  tests/admission/test_limits.py tests/config --ignore=tests/config/test_yamlsource.py \
+  --ignore=tests/config/test_units.py --ignore=tests/config/test_schema.py tests/render/test_render.py \
   tests/test_catalogue.py tests/test_build.py tests/audit/test_records.py
 
 .PHONY: all demo test kubectl-client test-stages test-compiled compiled lint format docs lock system-deps venv clean help report-screenshot image test-image
