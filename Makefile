@@ -102,9 +102,9 @@ test-compiled: compiled
 # in the background when the stages start, unless stage-compiled is overridden, and the compiled
 # modules' tests start as soon as it is built, beside the stages still running; the compiled stage
 # waits for both and shows their output ($(COMPILED_BUILD_LOG), $(COMPILED_TESTS_LOG)). The pure
-# suite keeps its two cores busy only about two thirds of the time (servers, subprocesses, waits,
-# MPI runs taking turns: 423 s of CPU in 625 s on 2 workers, load ~5), so the build and the
-# compiled tests mostly fill cores it leaves idle instead of adding their time after it.
+# suite's workers spend much of their time waiting (servers, subprocesses, timeouts, MPI runs
+# taking turns): 423 s of CPU in 625 s of wall for its 2 workers on 2 cores (load 2-8), so the
+# build and the compiled tests mostly fill time it leaves the cores idle instead of adding theirs.
 TEST_STAGES ?= pytest lint compiled
 COMPILED_BUILD_LOG ?= build/compiled-build.log
 COMPILED_TESTS_LOG ?= build/compiled-tests.log
