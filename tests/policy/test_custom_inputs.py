@@ -19,6 +19,7 @@ from mpigate.policy.custom_blame import Narrowed, blamed_items
 from mpigate.policytest import run_suites
 from tests.conftest import TODAY
 from tests.policy.helpers import decide, smoke_job
+from tests.policy.test_custom_pods import _joint_calls
 from tests.policy.test_custom_rules import OWNER, _tree
 from tests.policy.test_library import NAMES, SUITES, org_with_library
 
@@ -56,6 +57,18 @@ def test_cutting_the_inputs_and_blame_changes_no_decision_of_the_library_suites(
     monkeypatch.setattr("mpigate.policy.custom_blame.reads_part", lambda *args: True)
     assert cut == _decisions(library)
     assert sum(1 for _, allowed, _, _ in cut if not allowed) >= len(NAMES)
+
+
+def test_the_pods_judged_in_one_call_change_no_decision_of_the_library_suites(
+    library: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each request's pods judged by one call into CEL (the list programs mapped over the pods),
+    # and each pod by its own call (the joint call refused): the same decisions, messages, paths
+    calls = _joint_calls(monkeypatch)
+    together = _decisions(library)
+    assert calls["ran"] >= 20  # the pods of most cases were judged together
+    calls["refuse"] = 1
+    assert together == _decisions(library)
 
 
 def test_a_value_cel_cannot_represent_fails_the_rule_even_where_no_rule_reads_it(tmp_path: Path) -> None:

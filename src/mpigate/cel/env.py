@@ -140,6 +140,11 @@ class Program:
         these inputs exceeds the per-call limit or what is left of ``budget``.
         """
         self.charge(inputs.size, budget)
+        return self.value(inputs)
+
+    def value(self, inputs: Inputs) -> Any:
+        """:meth:`evaluate` without the cost bound: for a program mpigate builds around expressions
+        whose bounds it charged itself (:class:`EvalError` for an evaluation error)."""
         try:
             result = self.expression.eval(inputs.activation)
             if result.type() == cel.Type.ERROR:

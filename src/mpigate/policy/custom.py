@@ -26,7 +26,6 @@ from typing import Any
 
 from mpigate.cel import Budget, EvalError, Inputs
 from mpigate.cel.cost import input_size
-from mpigate.cel.env import Environment
 from mpigate.cel.reads import Need, prune
 from mpigate.cel.validation import CompiledPolicy, Outcome
 from mpigate.config import Config
@@ -40,15 +39,18 @@ from .custom_blame import Narrowed, blame
 from .custom_compiled import (
     MAX_CACHED,
     CompiledRule,
+    Plan,
     RuleMeta,
+    Selection,
     admission_rules,
-    batch_plan,
     by_target,
     config_cache,
     custom_rule_meta,
     input_needs,
     inputs_read,
+    joint_program,
     rule_label_keys,
+    selection,
     selects_namespaces,
 )
 from .decision import AdmissionInput
@@ -185,64 +187,119 @@ def _finding(rule: CustomRule, outcome: Outcome, path: str) -> Finding:
     return Finding(rule.id, path, outcome.message, fix, outcome.message[:100])
 
 
-def _judge(
-    run: _Run,
-    target: str,
-    base: Mapping[str, Any],
-    whole: Mapping[str, Any],
-    size: int,
-    where: str,
-    job: EffectiveJob | None,
-    notes: list[str],
-) -> Iterator[Finding]:
-    """The findings on one object: ``base`` holds the inputs with the object as the rules read it,
-    ``whole`` the object itself, ``size`` the cost bound's n of the object and the shared inputs."""
+@dataclass
+class _Object:
+    """One object judged: ``base`` holds the inputs with the object as the rules read it, ``whole``
+    the object itself, ``size`` the cost bound's n of the object and the shared inputs; what a
+    ValidatingAdmissionPolicy sees of a pod (its creation request) and the pods narrowed for blame
+    are built when first needed."""
+
+    target: str
+    base: Mapping[str, Any]
+    whole: Mapping[str, Any]
+    size: int
+    where: str
+    job: EffectiveJob | None
+    #: the results of a plan's list program on this object, evaluated with other pods' (_prejudge)
+    prejudged: tuple[Plan, list[Any]] | None = None
+    _admission_base: Mapping[str, Any] | None = None
+    _narrowed: dict[bool, Narrowed] = field(default_factory=dict)
+    _inputs: dict[bool, Inputs] = field(default_factory=dict)
+    _selection: Selection | None = None
+
+    def inputs(self, admission: bool) -> Inputs:
+        """The activation of :meth:`values` (converted once; :class:`EvalError` when it cannot be
+        built)."""
+        found = self._inputs.get(admission)
+        if found is None:
+            found = self._inputs[admission] = _environment().inputs(self.values(admission), self.size)
+        return found
+
+    def selection(self, run: _Run) -> Selection:
+        """The CustomRules that may judge this object, with their list program."""
+        if self._selection is None:
+            self._selection = _custom_selection(run, self.target, self.job)
+        return self._selection
+
+    def results(self, plan: Plan) -> list[Any] | None:
+        """What ``plan``'s list program gave on this object when it was judged with other pods."""
+        prejudged = self.prejudged
+        return prejudged[1] if prejudged is not None and prejudged[0] is plan else None
+
+    def values(self, admission: bool) -> Mapping[str, Any]:
+        """The inputs of a CustomRule, or of a binding (``admission``): a pod is judged by a
+        ValidatingAdmissionPolicy as the request that will create it."""
+        if not admission or self.target != "Pod":
+            return self.base
+        if self._admission_base is None:
+            base = self.base
+            self._admission_base = {
+                **base,
+                "request": {
+                    **base["request"],
+                    "operation": "CREATE",
+                    "userInfo": dict(POD_CREATOR),
+                    "name": "",
+                    "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                },
+            }
+        return self._admission_base
+
+    def narrowed(self, admission: bool) -> Narrowed:
+        """The pod narrowed for blame, per kind of rule (shared by every rule blamed on it)."""
+        found = self._narrowed.get(admission)
+        if found is None:
+            found = self._narrowed[admission] = Narrowed(self.values(admission), self.whole, self.size)
+        return found
+
+
+def _judge(run: _Run, obj: _Object, notes: list[str]) -> Iterator[Finding]:
+    """The findings on one object: its CustomRules (those without match conditions as one list
+    program), then the ValidatingAdmissionPolicy bindings that select it."""
     env = _environment()
-    # a pod is judged by a ValidatingAdmissionPolicy as the request that will create it
-    kind = run.request.kind if target == "Runtime" else target
-    admission_base = (
-        {
-            **base,
-            "request": {
-                **base["request"],
-                "operation": "CREATE",
-                "userInfo": dict(POD_CREATOR),
-                "name": "",
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            },
-        }
-        if target == "Pod"
-        else base
-    )
-    inputs: dict[bool, Inputs] = {}
-    # the pod narrowed for blame, per kind of rule (a binding sees the pod's creation request)
-    narrowed = {False: Narrowed(base, whole, size), True: Narrowed(admission_base, whole, size)}
-    custom = _custom_selection(run, target, job)
+    chosen = obj.selection(run)
+    custom = chosen.rules
     bindings = admission_rules(run.config)
-    selected = list(custom)
+    admitted: list[CompiledRule] = []
     if bindings:
-        labels = _labels(whole)
-        selected.extend(c for c in bindings if _admits(run, c.rule, kind, labels))
+        kind = run.request.kind if obj.target == "Runtime" else obj.target
+        labels = _labels(obj.whole)
+        admitted = [c for c in bindings if _admits(run, c.rule, kind, labels)]
     batched: _Batched | None = None
-    for compiled in selected:
+    if custom and chosen.batched_all and not admitted:
+        # the common case: one list program judges every rule; only what fails is looked at
+        known = obj.results(chosen.plan) if chosen.plan is not None else None
+        try:
+            if known is None or any(r is not True for r in known):
+                obj.inputs(False)  # built first, as for a rule judged on its own
+        except EvalError as exc:
+            rule = custom[0].rule
+            yield Finding(rule.id, obj.where, f"{rule.title}: {exc}", "", str(exc)[:100])
+            return
+        batched = _batched(run, obj, chosen.plan)
+        if batched is not _NOT_BATCHED:
+            if batched.found:
+                for compiled in custom:
+                    for by, result in batched.found.get(id(compiled), ()):
+                        yield from _outcome_findings(run, compiled.rule, by, result, obj, False, notes)
+            return
+    for compiled in (*custom, *admitted):
         rule = compiled.rule
         admission = rule.admission is not None
         if batched is not None and id(compiled) in batched.members:
             for by, result in batched.found.get(id(compiled), ()):
-                yield from _outcome_findings(run, rule, by, result, narrowed[False], where, job, notes)
+                yield from _outcome_findings(run, rule, by, result, obj, False, notes)
             continue
-        values = admission_base if admission else base
-        if admission not in inputs:
-            try:
-                inputs[admission] = env.inputs(values, size)
-            except EvalError as exc:
-                yield Finding(rule.id, where, f"{rule.title}: {exc}", "", str(exc)[:100])
-                return
+        try:
+            inputs = obj.inputs(admission)
+        except EvalError as exc:
+            yield Finding(rule.id, obj.where, f"{rule.title}: {exc}", "", str(exc)[:100])
+            return
         if not admission and batched is None:
-            batched = _batched(run, env, inputs[False], custom)
+            batched = _batched(run, obj, chosen.plan)
             if id(compiled) in batched.members:
                 for by, result in batched.found.get(id(compiled), ()):
-                    yield from _outcome_findings(run, rule, by, result, narrowed[False], where, job, notes)
+                    yield from _outcome_findings(run, rule, by, result, obj, False, notes)
                 continue
         policies = compiled.policies(run.team, run.namespace)
         binding = rule.admission
@@ -255,7 +312,7 @@ def _judge(
             fail = rule.spec.get("failurePolicy", "Fail") == "Fail"
             outcomes.append((None, Outcome("error", message) if fail else Outcome("ignored-error", message)))
         for program in policies:
-            found, annotations = program.evaluate_all(env, inputs[admission], run.budget)
+            found, annotations = program.evaluate_all(env, inputs, run.budget)
             outcomes.extend((program, o) for o in found)
             if annotations and binding is not None:
                 for key, value in annotations:
@@ -264,7 +321,7 @@ def _judge(
                     if value not in values_seen:
                         values_seen.append(value)
         for owner, outcome in outcomes:
-            yield from _outcome_findings(run, rule, owner, outcome, narrowed[admission], where, job, notes)
+            yield from _outcome_findings(run, rule, owner, outcome, obj, admission, notes)
 
 
 def _outcome_findings(
@@ -272,9 +329,8 @@ def _outcome_findings(
     rule: CustomRule,
     owner: CompiledPolicy | None,
     outcome: Outcome,
-    narrowed: Narrowed,
-    where: str,
-    job: EffectiveJob | None,
+    obj: _Object,
+    admission: bool,
     notes: list[str],
 ) -> Iterator[Finding]:
     """The findings of one outcome of ``rule`` (``owner``: the program, None for a configuration
@@ -283,9 +339,9 @@ def _outcome_findings(
         notes.append(f"[{rule.id}] not evaluated (failurePolicy Ignore): {outcome.message}")
         return
     paths = (
-        blame(owner, outcome, narrowed, where, job, run.budget)
+        blame(owner, outcome, obj.narrowed(admission), obj.where, obj.job, run.budget)
         if owner is not None
-        else [where or "(object)"]
+        else [obj.where or "(object)"]
     )
     for path in paths:
         yield _finding(rule, outcome, path)
@@ -303,23 +359,27 @@ class _Batched:
 _NOT_BATCHED = _Batched(frozenset(), {})
 
 
-def _batched(run: _Run, env: Environment, inputs: Inputs, custom: tuple[CompiledRule, ...]) -> _Batched:
-    """The outcomes of the CustomRules of ``custom`` evaluated as one program (a list of their
-    validations): one call into CEL per object instead of one per validation. Only rules without
-    match conditions; when the list fails (one expression's error fails it) or its cost bound
-    exceeds the per-call limit, its rules are evaluated one by one, as if it had not run — the
-    result is the same either way."""
-    plan = batch_plan(run.config, run.team, run.namespace, env, custom)
+def _batched(run: _Run, obj: _Object, plan: Plan | None) -> _Batched:
+    """The outcomes of the CustomRules of ``plan`` evaluated as one program (a list of their
+    validations): one call into CEL per object (or per request's pods, :func:`_prejudge`) instead of
+    one per validation. Only rules without match conditions; when the list fails (one expression's
+    error fails it) or its cost bound exceeds the per-call limit, its rules are evaluated one by
+    one, as if it had not run — the result is the same either way."""
     if plan is None:
         return _NOT_BATCHED
-    bound = plan.program.cost.at(inputs.size)
+    size = obj.size
+    bound = plan.program.cost.at(size)
     if bound > run.budget.per_call and any(
-        v.expression.program.cost.at(inputs.size) > run.budget.per_call for _, _, v in plan.elements
+        v.expression.program.cost.at(size) > run.budget.per_call for _, _, v in plan.elements
     ):
         return _NOT_BATCHED  # one of them is stopped on its own
     trial = Budget(run.budget.remaining, float("inf"))
+    results = obj.results(plan)
     try:
-        results = plan.program.evaluate(inputs, trial)
+        if results is None:
+            results = plan.program.evaluate(obj.inputs(False), trial)
+        else:
+            plan.program.charge(size, trial)  # what evaluating it here would have taken
     except EvalError:
         return _NOT_BATCHED
     if not isinstance(results, list):  # pragma: no cover - a list literal is a list
@@ -328,16 +388,62 @@ def _batched(run: _Run, env: Environment, inputs: Inputs, custom: tuple[Compiled
     found: dict[int, list[tuple[CompiledPolicy, Outcome]]] = {}
     for (member, program, validation), result in zip(plan.elements, results, strict=True):
         if result is not True:
-            outcome = program.judged(inputs, validation, result, run.budget)
+            outcome = program.judged(obj.inputs(False), validation, result, run.budget)
             if outcome is not None:
                 found.setdefault(member, []).append((program, outcome))
     return _Batched(plan.members, found)
 
 
-def _custom_selection(run: _Run, target: str, job: EffectiveJob | None) -> tuple[CompiledRule, ...]:
-    """The CustomRules whose match selects ``target`` of this request, once per distinct request
-    shape (target, operation, team, namespace, classification, replicated job, the labels rules
-    name)."""
+def _prejudge(run: _Run, pods: list[_Object], shared: Mapping[str, Any]) -> None:
+    """Evaluate the pods' list programs for all of them in one call (:func:`joint_program`), for
+    :func:`_batched` to take each pod's results from when it judges the pod — where, in the
+    request's order, it charges the budget as it always did. Only pods whose list program
+    :func:`_batched` would run, and only when their bounds together fit in what is left of the
+    request's budget (so that no more is evaluated than the budget allows); any error leaves every
+    pod to be judged on its own."""
+    per_call = run.budget.per_call
+    total = 0.0
+    chosen: list[tuple[_Object, Plan]] = []
+    for obj in pods:
+        plan = obj.selection(run).plan
+        if plan is None:
+            continue
+        bound = plan.program.cost.at(obj.size)
+        if bound > per_call and any(
+            v.expression.program.cost.at(obj.size) > per_call for _, _, v in plan.elements
+        ):
+            continue  # _batched does not run it
+        chosen.append((obj, plan))
+        if plan.program.cost.degree > 0:
+            total += bound
+    if len(chosen) < 2 or total > run.budget.remaining:
+        return
+    plans: dict[int, tuple[int, Plan]] = {}
+    for _, plan in chosen:
+        if id(plan) not in plans:
+            plans[id(plan)] = (len(plans), plan)
+    env = _environment()
+    program = joint_program(run.config, env, tuple(plan for _, plan in plans.values()))
+    if program is None:  # pragma: no cover - each list compiled
+        return
+    entries = [
+        [obj.base["object"], obj.base.get("replicatedJob"), plans[id(plan)][0]] for obj, plan in chosen
+    ]
+    try:
+        results = program.value(env.inputs({**shared, "object": entries}, 1))
+    except EvalError:
+        return
+    if not isinstance(results, list) or len(results) != len(chosen):  # pragma: no cover
+        return
+    for (obj, plan), found in zip(chosen, results, strict=True):
+        if isinstance(found, list):
+            obj.prejudged = (plan, found)
+
+
+def _custom_selection(run: _Run, target: str, job: EffectiveJob | None) -> Selection:
+    """The CustomRules whose match selects ``target`` of this request and their list program, once
+    per distinct request shape (target, operation, team, namespace, classification, replicated
+    job, the labels rules name)."""
     config = run.config
     label_keys = rule_label_keys(config)
     key = (
@@ -350,9 +456,9 @@ def _custom_selection(run: _Run, target: str, job: EffectiveJob | None) -> tuple
         tuple(run.labels.get(k) for k in label_keys),
     )
     cache = config_cache(config, "policy.custom.selections")
-    found: tuple[CompiledRule, ...] | None = cache.get(key)
+    found: Selection | None = cache.get(key)
     if found is None:
-        found = tuple(
+        rules = tuple(
             c
             for c in by_target(config)[target]
             if c.rule.admission is None
@@ -360,6 +466,7 @@ def _custom_selection(run: _Run, target: str, job: EffectiveJob | None) -> tuple
                 target, run.request.operation, run.team, run.namespace, run.labels, run.classification, job
             )
         )
+        found = selection(config, run.team, run.namespace, _environment(), rules)
         if len(cache) < MAX_CACHED:
             cache[key] = found
     return found
@@ -424,16 +531,21 @@ def custom_findings(
     if "oldObject" in reads and old is not None:
         first["oldObject"], size = _cut(needs, "oldObject", old)
         run.shared_size = max(run.shared_size, size)
-    out = list(_judge(run, target, first, obj, max(run.shared_size, plain_size), "", None, notes))
+    out = list(_judge(run, _Object(target, first, obj, max(run.shared_size, plain_size), "", None), notes))
     if resolution is not None:
         root = f"runtime {resolution.runtime_name}: " if target == "Runtime" else ""
+        pods: list[_Object] = []
         for job in resolution.jobs:
             pod = _pod_view(job, namespace)
             base = {**shared}
             base["object"], size = _cut(needs, "object", pod)
             if "replicatedJob" in reads:
                 base["replicatedJob"] = _replicated(job)
-            out.extend(_judge(run, "Pod", base, pod, max(run.shared_size, size), root, job, notes))
+            pods.append(_Object("Pod", base, pod, max(run.shared_size, size), root, job))
+        if len(pods) > 1:
+            _prejudge(run, pods, shared)
+        for each in pods:
+            out.extend(_judge(run, each, notes))
     if annotations is not None:
         for key, values in run.annotations.items():
             annotations[key] = ", ".join(values)

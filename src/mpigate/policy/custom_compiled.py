@@ -25,11 +25,13 @@ from mpigate.trainjob import EffectiveJob
 from .prepared import memoized
 
 __all__ = [
+    "EACH_POD",
     "MAX_CACHED",
     "TARGETS",
     "CompiledRule",
     "Plan",
     "RuleMeta",
+    "Selection",
     "admission_rules",
     "batch_plan",
     "by_target",
@@ -38,7 +40,10 @@ __all__ = [
     "custom_rule_meta",
     "input_needs",
     "inputs_read",
+    "joint_program",
+    "joint_source",
     "rule_label_keys",
+    "selection",
     "selects_namespaces",
 ]
 
@@ -305,6 +310,44 @@ class Plan:
     elements: tuple[tuple[int, CompiledPolicy, Validation], ...]
 
 
+#: The variable the joint program over a request's pods (:func:`joint_program`) binds each
+#: ``[pod, replicatedJob, plan]`` entry of its list to: a name no expression of a rule can read (each
+#: compiled on its own, where it is not declared), shadowed by a rule's own variable of that name.
+EACH_POD = "__mpigate_pod"
+
+
+def joint_source(plans: tuple[Plan, ...]) -> str:
+    """The list programs of ``plans`` evaluated for every ``[pod, replicatedJob, plan]`` entry of
+    the list ``object``, with ``object`` and ``replicatedJob`` bound to the entry's and the list
+    program of ``plans[plan]``: one call into CEL, one activation and one conversion for all the
+    pods of a request instead of one each."""
+    body = plans[-1].program.source
+    for index in range(len(plans) - 2, -1, -1):  # ?: evaluates only the branch it takes
+        body = f"{EACH_POD}[2] == {index} ? {plans[index].program.source} : {body}"
+    return (
+        f"object.map({EACH_POD}, cel.bind(object, {EACH_POD}[0], "
+        f"cel.bind(replicatedJob, {EACH_POD}[1], {body})))"
+    )
+
+
+def joint_program(config: Config, env: Environment, plans: tuple[Plan, ...]) -> Program | None:
+    """:func:`joint_source` compiled, once per config and sequence of plans (None: it does not
+    compile). Kept by the plans' ``id`` with the plans themselves, so that no other plan can take
+    an ``id`` while the entry lives."""
+    key = tuple(map(id, plans))
+    cache = config_cache(config, "policy.custom.joint")
+    found: tuple[tuple[Plan, ...], Program | None] | None = cache.get(key)
+    if found is not None:
+        return found[1]
+    try:
+        program: Program | None = env.compile(joint_source(plans), limit_length=False)
+    except CompileError:  # pragma: no cover - each list compiled
+        program = None
+    if len(cache) < MAX_CACHED:
+        cache[key] = (plans, program)
+    return program
+
+
 def batch_plan(
     config: Config, team: Team | None, namespace: str, env: Environment, custom: tuple[CompiledRule, ...]
 ) -> Plan | None:
@@ -333,3 +376,22 @@ def batch_plan(
     if len(cache) < MAX_CACHED:
         cache[key] = plan
     return plan
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The CustomRules that judge one shape of request and object (in the config's order) and the
+    list program that judges those of them without match conditions together (None: fewer than
+    two); ``batched_all``: that program judges every one of them."""
+
+    rules: tuple[CompiledRule, ...]
+    plan: Plan | None
+    batched_all: bool
+
+
+def selection(
+    config: Config, team: Team | None, namespace: str, env: Environment, rules: tuple[CompiledRule, ...]
+) -> Selection:
+    """``rules`` with their list program (:func:`batch_plan`)."""
+    plan = batch_plan(config, team, namespace, env, rules) if rules else None
+    return Selection(rules, plan, plan is not None and len(plan.members) == len(rules))
