@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from mpigate.cel import Budget
+from mpigate.cel import REQUEST_BUDGET, Budget
 from mpigate.cel.cost import input_size
 from mpigate.cel.validation import CompiledPolicy, compile_policy, environment
 from mpigate.config import Config, check_tree, load
+from mpigate.config.frozen import freeze
 from mpigate.policy.custom_blame import Narrowed, blamed_items
 from mpigate.policytest import run_suites
 from tests.conftest import TODAY
@@ -54,7 +55,7 @@ def test_cutting_the_inputs_and_blame_changes_no_decision_of_the_library_suites(
     # and with the inputs converted whole and every list and field tried, as before
     cut = _decisions(library)
     monkeypatch.setattr("mpigate.policy.custom.prune", lambda value, need: None)
-    monkeypatch.setattr("mpigate.policy.custom_blame.reads_part", lambda *args: True)
+    monkeypatch.setattr("mpigate.policy.custom_blame._part_read", lambda *args: True)
     assert cut == _decisions(library)
     assert sum(1 for _, allowed, _, _ in cut if not allowed) >= len(NAMES)
 
@@ -128,3 +129,42 @@ def test_a_numeric_key_that_mends_a_violation_is_blamed() -> None:
     pod = {"spec": {"containers": [{"name": "node", 8080: "x", "image": "i"}]}}
     narrowed = Narrowed({"object": pod}, pod, input_size(pod))
     assert blamed_items(policy, validation, narrowed, Budget()) == [("containers", 0, 8080)]
+
+
+def test_a_frozen_pod_is_blamed_as_the_same_pod_thawed() -> None:
+    # blame reads the whole pod's lists and fields as it is, without a thawed copy: a frozen pod
+    # (read-only mappings, tuples) is blamed on the same items and fields, the budget charged alike
+    policy = compile_policy(
+        environment(),
+        match_conditions=[],
+        variables=[],
+        validations=[
+            {
+                "expression": "object.spec.containers.all(c, "
+                "c.?securityContext.?privileged.orValue(false) == false)"
+            }
+        ],
+        failure_policy="Fail",
+        params=None,
+    )
+    assert isinstance(policy, CompiledPolicy)
+    (validation,) = policy.validations
+    containers = [
+        {"name": "a", "image": "i", "securityContext": {"privileged": True}, "env": [{"name": "X"}]},
+        {"name": "b", "image": "i"},
+        {"name": "c", "securityContext": {"privileged": True, "runAsUser": 0}},
+    ]
+    pod = {"spec": {"containers": containers, "volumes": [{"name": "v", "emptyDir": {}}]}}
+    plain, frozen = Budget(), Budget()
+    found = blamed_items(policy, validation, Narrowed({"object": pod}, pod, input_size(pod)), plain)
+    assert found == [("containers", 0, "securityContext"), ("containers", 2, "securityContext")]
+    narrowed = Narrowed({"object": pod}, freeze(pod), input_size(pod))
+    assert blamed_items(policy, validation, narrowed, frozen) == found
+    assert frozen.remaining == plain.remaining < REQUEST_BUDGET
+
+
+def test_a_programs_cost_bounds_are_kept_per_size_and_bounded() -> None:
+    program = environment().compile("object.spec.containers.all(c, c.env.all(e, e.name != ''))")
+    for size in range(1, 1_000):
+        assert program.bound(size) == program.cost.at(size)
+    assert 0 < len(program._bounds) <= 64

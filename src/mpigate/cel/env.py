@@ -51,6 +51,7 @@ _MAX_SOURCE = 10_000  # characters; Kubernetes refuses longer expressions (celco
 #: config tree's expressions compile once per process, not once per load (explain per page, the
 #: webhook's hot reload), while a stream of distinct sources cannot grow it without bound
 COMPILED_CACHE = 4096
+_BOUNDS_KEPT = 64  # cost bounds a program keeps by input size
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,18 @@ class Program:
     #: what the expression can observe of each variable it reads (:mod:`.reads`; read whole when
     #: the tree could not be read)
     reads: Mapping[str, Need] = field(default_factory=dict, compare=False, repr=False)
+    #: cost bounds computed, by input size (a pure function of the size: shared by every request)
+    _bounds: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
+
+    def bound(self, size: int) -> float:
+        """``cost.at(size)``, computed once per size (the sizes of a config's requests are few;
+        only the first :data:`_BOUNDS_KEPT` are kept)."""
+        found = self._bounds.get(size)
+        if found is None:
+            found = self.cost.at(size)
+            if len(self._bounds) < _BOUNDS_KEPT:
+                self._bounds[size] = found
+        return found
 
     def charge(self, size: int, budget: Budget | None = None) -> None:
         """What an evaluation on inputs of size ``size`` costs before it runs: :class:`EvalError`
@@ -118,7 +131,7 @@ class Program:
         is taken from ``budget``. (:meth:`evaluate` calls it; blame calls it alone for an evaluation
         whose result it knows.)"""
         if self.cost.degree > 0:
-            bound = self.cost.at(size)
+            bound = self.bound(size)
             limit = budget.per_call if budget is not None else PER_CALL_LIMIT
             if bound > limit:
                 raise EvalError(

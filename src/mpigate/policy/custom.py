@@ -22,6 +22,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_
 from typing import Any
 
 from mpigate.cel import Budget, EvalError, Inputs
@@ -270,7 +272,7 @@ def _judge(run: _Run, obj: _Object, notes: list[str]) -> Iterator[Finding]:
         # the common case: one list program judges every rule; only what fails is looked at
         known = obj.results(chosen.plan) if chosen.plan is not None else None
         try:
-            if known is None or any(r is not True for r in known):
+            if known is None or not _all_true(known):
                 obj.inputs(False)  # built first, as for a rule judged on its own
         except EvalError as exc:
             rule = custom[0].rule
@@ -359,6 +361,11 @@ class _Batched:
 _NOT_BATCHED = _Batched(frozenset(), {})
 
 
+def _all_true(results: list[Any]) -> bool:
+    """Whether every result is ``True`` itself (not 1, not a non-empty value): one C loop."""
+    return all(map(is_, results, repeat(True)))
+
+
 def _batched(run: _Run, obj: _Object, plan: Plan | None) -> _Batched:
     """The outcomes of the CustomRules of ``plan`` evaluated as one program (a list of their
     validations): one call into CEL per object (or per request's pods, :func:`_prejudge`) instead of
@@ -368,9 +375,9 @@ def _batched(run: _Run, obj: _Object, plan: Plan | None) -> _Batched:
     if plan is None:
         return _NOT_BATCHED
     size = obj.size
-    bound = plan.program.cost.at(size)
+    bound = plan.program.bound(size)
     if bound > run.budget.per_call and any(
-        v.expression.program.cost.at(size) > run.budget.per_call for _, _, v in plan.elements
+        v.expression.program.bound(size) > run.budget.per_call for _, _, v in plan.elements
     ):
         return _NOT_BATCHED  # one of them is stopped on its own
     trial = Budget(run.budget.remaining, float("inf"))
@@ -386,6 +393,8 @@ def _batched(run: _Run, obj: _Object, plan: Plan | None) -> _Batched:
         return _NOT_BATCHED
     run.budget.remaining = trial.remaining
     found: dict[int, list[tuple[CompiledPolicy, Outcome]]] = {}
+    if len(results) == len(plan.elements) and _all_true(results):
+        return _Batched(plan.members, found)  # every rule holds: nothing to look at
     for (member, program, validation), result in zip(plan.elements, results, strict=True):
         if result is not True:
             outcome = program.judged(obj.inputs(False), validation, result, run.budget)
@@ -408,9 +417,9 @@ def _prejudge(run: _Run, pods: list[_Object], shared: Mapping[str, Any]) -> None
         plan = obj.selection(run).plan
         if plan is None:
             continue
-        bound = plan.program.cost.at(obj.size)
+        bound = plan.program.bound(obj.size)
         if bound > per_call and any(
-            v.expression.program.cost.at(obj.size) > per_call for _, _, v in plan.elements
+            v.expression.program.bound(obj.size) > per_call for _, _, v in plan.elements
         ):
             continue  # _batched does not run it
         chosen.append((obj, plan))

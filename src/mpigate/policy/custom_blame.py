@@ -5,14 +5,14 @@ the TrainJob, runtime or runtime patch that set it (:meth:`EffectiveJob.origin`)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mpigate.cel import Budget, EvalError, Inputs
+from mpigate.cel.reads import Need
 from mpigate.cel.validation import CompiledPolicy, Outcome, Validation
 from mpigate.config.crossfile.customrules import _environment
-from mpigate.config.frozen import thaw
 from mpigate.trainjob import EffectiveJob
 
 __all__ = ["Narrowed", "blame", "field_path", "reads_part"]
@@ -78,13 +78,6 @@ class Narrowed:
     size: int
     # keyed by (list, index, field): a field's key is whatever the object has (a YAML key may be a number)
     inputs: dict[tuple[str, int, Any], Inputs | None] = field(default_factory=dict)
-    _plain: dict[str, Any] | None = None
-
-    def plain(self) -> dict[str, Any]:
-        """The whole pod as plain data (thawed once, when a violation on it is first blamed)."""
-        if self._plain is None:
-            self._plain = thaw(self.pod)
-        return self._plain
 
     def read(self, list_field: str, index: int, removed: Any) -> bool:
         """Whether a rule can observe ``list_field`` (item ``index`` without its field ``removed``):
@@ -130,11 +123,13 @@ def blamed_items(
     is not judged again: the pod without it still violates, and the budget is charged as if it had
     been judged."""
     env = _environment()
-    spec = narrowed.plain().get("spec") or {}
+    # read as it is (plain or frozen), as thaw would give it: a mapping's keys in order, any
+    # sequence but a string as a list
+    spec = narrowed.pod.get("spec") or {}
     out: list[tuple[str, int, Any]] = []
 
-    def violates(list_field: str, index: int, removed: Any = None) -> bool:
-        if not reads_part(validation, list_field, removed) or not narrowed.read(list_field, index, removed):
+    def violates(list_need: Need | None, list_field: str, index: int, removed: Any = None) -> bool:
+        if not _part_read(list_need, removed) or not narrowed.read(list_field, index, removed):
             # what the expression does not read: judged without it, the pod still violates
             return policy.charge_violation(validation, narrowed.size, budget)
         inputs = narrowed.get(list_field, index, removed)
@@ -145,16 +140,17 @@ def blamed_items(
 
     for list_field in _LISTS:
         items = spec.get(list_field)
-        if not isinstance(items, list) or len(items) < 1:
+        if not isinstance(items, Sequence) or isinstance(items, str | bytes) or len(items) < 1:
             continue
-        if violates(list_field, -1):
+        list_need = _list_need(validation, list_field)  # once per list, not per item and field
+        if violates(list_need, list_field, -1):
             continue  # the violation does not come from this list (a pod's volumes for its containers)
         for index, item in enumerate(items):
-            if not violates(list_field, index):
+            if not violates(list_need, list_field, index):
                 continue
             keys: list[Any] = (
-                [k for k in item if k != "name" and not violates(list_field, index, k)]
-                if isinstance(item, dict)
+                [k for k in item if k != "name" and not violates(list_need, list_field, index, k)]
+                if isinstance(item, Mapping)
                 else []
             )
             out.extend((list_field, index, key) for key in keys or [None])
@@ -165,13 +161,23 @@ def reads_part(validation: Validation, list_field: str, removed: Any) -> bool:
     """Whether ``validation``'s expression can observe the pod's ``list_field`` (``removed`` not
     None: that field of its items) — else the pod narrowed there judges as the pod itself. The
     object is converted whole or not at all, so a part no expression reads cannot fail it either."""
+    return _part_read(_list_need(validation, list_field), removed)
+
+
+def _list_need(validation: Validation, list_field: str) -> Need | None:
+    """What ``validation``'s expression reads of the pod's ``spec.<list_field>`` (None: nothing; a
+    need read whole also when the spec or the whole pod is)."""
     need = validation.expression.program.reads.get("object")
     for step in ("spec", list_field):
-        if need is None:
-            return False
-        if need.whole:
-            return True
+        if need is None or need.whole:
+            return need
         need = need.child(step)
+    return need
+
+
+def _part_read(need: Need | None, removed: Any) -> bool:
+    """Whether what is read of a list (``need``, :func:`_list_need`) observes the list (``removed``
+    None) or the field ``removed`` of its items."""
     if need is None:
         return False
     if need.whole or removed is None:
