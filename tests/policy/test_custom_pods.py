@@ -51,7 +51,7 @@ def _joint_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     value = Program.value
 
     def counted(self: Program, inputs: Any) -> Any:
-        if not self.source.startswith(f"object.map({EACH_POD},"):
+        if not self.source.startswith(f"[object[0].map({EACH_POD},"):
             return value(self, inputs)
         if calls["refuse"]:
             raise EvalError("refused by the test")
@@ -166,3 +166,27 @@ def test_no_rule_reads_the_list_of_pods(tmp_path: Path, monkeypatch: pytest.Monk
     assert calls["ran"] == 1
     assert together == alone
     assert [v.rule for v in together[1] if v.rule.startswith("ACME")] == ["ACME-R0", "ACME-R0"]
+
+
+def test_pods_judged_by_different_rules_are_judged_in_one_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a rule for the node pods only: the launcher's and the node's list programs differ, and both
+    # are mapped over their own pods in the same call
+    node_only = _rule(0, "object.spec.containers.all(c, c.name != 'node')").replace(
+        "match: {targets: [Pod]}", "match: {targets: [Pod], replicatedJobs: [node]}"
+    )
+    config = _config(
+        tmp_path,
+        node_only,
+        _rule(1, "object.spec.containers.all(c, has(c.image))"),
+        _rule(3, "object.spec.containers.all(c, c.name == '')"),
+    )
+    calls = _joint_calls(monkeypatch)
+    together, alone = _both(config, smoke_job(), calls)
+    assert calls["ran"] == 1
+    assert together == alone
+    # the node-only rule fires once (the node pod), the one for every pod on both
+    fired = [v.rule for v in together[1] if v.rule.startswith("ACME")]
+    assert fired.count("ACME-R0") == 1, together[1]
+    assert fired.count("ACME-R3") == 2, together[1]

@@ -427,26 +427,27 @@ def _prejudge(run: _Run, pods: list[_Object], shared: Mapping[str, Any]) -> None
             total += bound
     if len(chosen) < 2 or total > run.budget.remaining:
         return
-    plans: dict[int, tuple[int, Plan]] = {}
-    for _, plan in chosen:
-        if id(plan) not in plans:
-            plans[id(plan)] = (len(plans), plan)
+    # the pods by plan, in the order each plan first appears (what the joint program is kept by)
+    groups: dict[int, tuple[Plan, list[_Object]]] = {}
+    for obj, plan in chosen:
+        groups.setdefault(id(plan), (plan, []))[1].append(obj)
     env = _environment()
-    program = joint_program(run.config, env, tuple(plan for _, plan in plans.values()))
+    program = joint_program(run.config, env, tuple(plan for plan, _ in groups.values()))
     if program is None:  # pragma: no cover - each list compiled
         return
-    entries = [
-        [obj.base["object"], obj.base.get("replicatedJob"), plans[id(plan)][0]] for obj, plan in chosen
-    ]
+    lists = [[[o.base["object"], o.base.get("replicatedJob")] for o in objs] for _, objs in groups.values()]
     try:
-        results = program.value(env.inputs({**shared, "object": entries}, 1))
+        results = program.value(env.inputs({**shared, "object": lists}, 1))
     except EvalError:
         return
-    if not isinstance(results, list) or len(results) != len(chosen):  # pragma: no cover
+    if not isinstance(results, list) or len(results) != len(groups):  # pragma: no cover
         return
-    for (obj, plan), found in zip(chosen, results, strict=True):
-        if isinstance(found, list):
-            obj.prejudged = (plan, found)
+    for (plan, objs), found in zip(groups.values(), results, strict=True):
+        if not isinstance(found, list) or len(found) != len(objs):  # pragma: no cover
+            continue
+        for obj, each in zip(objs, found, strict=True):
+            if isinstance(each, list):
+                obj.prejudged = (plan, each)
 
 
 def _custom_selection(run: _Run, target: str, job: EffectiveJob | None) -> Selection:

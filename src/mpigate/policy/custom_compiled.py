@@ -311,23 +311,23 @@ class Plan:
 
 
 #: The variable the joint program over a request's pods (:func:`joint_program`) binds each
-#: ``[pod, replicatedJob, plan]`` entry of its list to: a name no expression of a rule can read (each
+#: ``[pod, replicatedJob]`` entry of its lists to: a name no expression of a rule can read (each
 #: compiled on its own, where it is not declared), shadowed by a rule's own variable of that name.
 EACH_POD = "__mpigate_pod"
 
 
 def joint_source(plans: tuple[Plan, ...]) -> str:
-    """The list programs of ``plans`` evaluated for every ``[pod, replicatedJob, plan]`` entry of
-    the list ``object``, with ``object`` and ``replicatedJob`` bound to the entry's and the list
-    program of ``plans[plan]``: one call into CEL, one activation and one conversion for all the
-    pods of a request instead of one each."""
-    body = plans[-1].program.source
-    for index in range(len(plans) - 2, -1, -1):  # ?: evaluates only the branch it takes
-        body = f"{EACH_POD}[2] == {index} ? {plans[index].program.source} : {body}"
-    return (
-        f"object.map({EACH_POD}, cel.bind(object, {EACH_POD}[0], "
-        f"cel.bind(replicatedJob, {EACH_POD}[1], {body})))"
+    """The list programs of ``plans`` evaluated for the pods of a request in one call: ``object``
+    holds one list of ``[pod, replicatedJob]`` entries per plan, and the list program of
+    ``plans[i]`` is mapped over ``object[i]`` with ``object`` and ``replicatedJob`` bound to each
+    entry's — one activation, one conversion and one call instead of one per pod (the programs side
+    by side in a list: no nesting that grows with their number)."""
+    each = ", ".join(
+        f"object[{index}].map({EACH_POD}, cel.bind(object, {EACH_POD}[0], "
+        f"cel.bind(replicatedJob, {EACH_POD}[1], {plan.program.source})))"
+        for index, plan in enumerate(plans)
     )
+    return f"[{each}]"
 
 
 def joint_program(config: Config, env: Environment, plans: tuple[Plan, ...]) -> Program | None:
@@ -341,7 +341,7 @@ def joint_program(config: Config, env: Environment, plans: tuple[Plan, ...]) -> 
         return found[1]
     try:
         program: Program | None = env.compile(joint_source(plans), limit_length=False)
-    except CompileError:  # pragma: no cover - each list compiled
+    except CompileError:  # pragma: no cover - each list compiled, side by side
         program = None
     if len(cache) < MAX_CACHED:
         cache[key] = (plans, program)
