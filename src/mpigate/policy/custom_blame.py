@@ -15,7 +15,7 @@ from mpigate.cel.validation import CompiledPolicy, Outcome, Validation
 from mpigate.config.crossfile.customrules import _environment
 from mpigate.trainjob import EffectiveJob
 
-__all__ = ["Narrowed", "blame", "field_path", "reads_part"]
+__all__ = ["Narrowed", "blame", "field_path"]
 
 _LISTS = ("initContainers", "containers", "ephemeralContainers", "volumes")
 
@@ -157,16 +157,11 @@ def blamed_items(
     return out
 
 
-def reads_part(validation: Validation, list_field: str, removed: Any) -> bool:
-    """Whether ``validation``'s expression can observe the pod's ``list_field`` (``removed`` not
-    None: that field of its items) — else the pod narrowed there judges as the pod itself. The
-    object is converted whole or not at all, so a part no expression reads cannot fail it either."""
-    return _part_read(_list_need(validation, list_field), removed)
-
-
 def _list_need(validation: Validation, list_field: str) -> Need | None:
     """What ``validation``'s expression reads of the pod's ``spec.<list_field>`` (None: nothing; a
-    need read whole also when the spec or the whole pod is)."""
+    need read whole also when the spec or the whole pod is) — else the pod narrowed there judges as
+    the pod itself. The object is converted whole or not at all, so a part no expression reads
+    cannot fail it either."""
     need = validation.expression.program.reads.get("object")
     for step in ("spec", list_field):
         if need is None or need.whole:
