@@ -319,6 +319,20 @@ def test_a_patch_container_without_a_string_name_is_a_problem_and_applies_nothin
     assert "evil:1" not in [c.get("image") for c in node.spec["containers"]]
 
 
+def test_path_parts_are_formatted_alike_whatever_their_length() -> None:
+    # format_path memoizes the identifier test of short parts only: a tenant's long keys are
+    # formatted the same way and never kept.
+    from mpigate.trainjob import paths
+
+    for key in ("a" * 63, "a" * 64, "a" * 5000, "a." * 40, "x\n", "_-9", "9a", 'q"'):
+        want = f".{key}" if paths._IDENT.match(key) else '["' + key.replace('"', '\\"') + '"]'
+        assert format_path(("spec", key)) == f"spec{want}"
+        assert format_path(("spec", key)) == f"spec{want}"  # again, from the memo where it is one
+    paths._plain_short.cache_clear()
+    format_path(("spec", "b" * 64, "c" * 63, "b" * 5000))
+    assert paths._plain_short.cache_info().currsize == 2  # "spec" and "c" * 63 only
+
+
 def test_paths_format_and_parse() -> None:
     parts = ("spec", "runtimePatches", Key("manager", "a.example/x"), "limits", "nvidia.com/gpu", 0)
     assert format_path(parts) == 'spec.runtimePatches[manager=a.example/x].limits["nvidia.com/gpu"][0]'

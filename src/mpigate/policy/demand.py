@@ -34,19 +34,9 @@ def _whole(value: Fraction) -> int:
     return -(-value.numerator // value.denominator)
 
 
-def _times(value: Fraction, count: int) -> Fraction:
-    """``value * count``; a whole value (the common case: whole CPUs, bytes) in integer arithmetic,
-    Fraction's own multiplication only for a fractional one (same exact result either way)."""
-    if value.denominator == 1:
-        return Fraction(value.numerator * count)
-    return value * count
-
-
-def _plus(a: Fraction, b: Fraction) -> Fraction:
-    """``a + b``, in integer arithmetic when both are whole (see :func:`_times`)."""
-    if a.denominator == 1 and b.denominator == 1:
-        return Fraction(a.numerator + b.numerator)
-    return a + b
+def _total(whole: int, rest: Fraction) -> Fraction:
+    """``whole + rest``: Fraction's addition only when some quantity was fractional."""
+    return Fraction(whole) if rest.numerator == 0 else whole + rest
 
 
 _ZERO: Final = Fraction(0)
@@ -64,8 +54,11 @@ def build_demand(resolution: Resolution, known_gpus: Collection[str], region: st
     """Pods, GPUs (by resource), CPU and memory per replicated job and in total."""
     jobs: list[JobDemand] = []
     total_gpus: dict[str, int] = {}
-    total_cpu = _ZERO
-    total_mem = _ZERO
+    # Totals kept as an integer while the quantities are whole (the common case) and a Fraction of
+    # the rest: one Fraction built at the end instead of two per job (Fraction's constructor and
+    # arithmetic are interpreted Python); the sum is exact either way.
+    cpu_whole = mem_whole = 0
+    cpu_rest = mem_rest = _ZERO
     have_cpu = have_mem = False
     ml = resolution.ml_policy
     for job in resolution.jobs:
@@ -77,10 +70,16 @@ def build_demand(resolution: Resolution, known_gpus: Collection[str], region: st
         cpu = requests.get("cpu")
         mem = requests.get("memory")
         if cpu is not None:
-            total_cpu = _plus(total_cpu, _times(cpu, job.pods))
+            if cpu.denominator == 1:
+                cpu_whole += cpu.numerator * job.pods
+            else:
+                cpu_rest = cpu_rest + cpu * job.pods
             have_cpu = True
         if mem is not None:
-            total_mem = _plus(total_mem, _times(mem, job.pods))
+            if mem.denominator == 1:
+                mem_whole += mem.numerator * job.pods
+            else:
+                mem_rest = mem_rest + mem * job.pods
             have_mem = True
         hosts_ranks = (
             ml is not None
@@ -101,8 +100,8 @@ def build_demand(resolution: Resolution, known_gpus: Collection[str], region: st
     return Demand(
         pods=sum(j.pods for j in resolution.jobs),
         gpus=dict(sorted(total_gpus.items())),
-        cpu=format_quantity(total_cpu, "cpu") if have_cpu else None,
-        memory=format_quantity(total_mem, "memory") if have_mem else None,
+        cpu=format_quantity(_total(cpu_whole, cpu_rest), "cpu") if have_cpu else None,
+        memory=format_quantity(_total(mem_whole, mem_rest), "memory") if have_mem else None,
         jobs=tuple(jobs),
         region=region,
     )

@@ -11,8 +11,9 @@ the engine, so they cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Final
+
+from mpigate.trainjob.jsontypes import is_mapping
 
 from .decision import AdmissionInput
 from .findings import Finding
@@ -34,7 +35,7 @@ UNDERSTOOD: Final = frozenset(
 def api_version_of(request: AdmissionInput) -> Any:
     """The request's object's ``apiVersion`` (the stored object's on DELETE), as sent."""
     obj = request.obj if request.obj is not None else request.old_obj
-    return obj.get("apiVersion") if isinstance(obj, Mapping) else None
+    return obj.get("apiVersion") if is_mapping(obj) else None
 
 
 def _understood_text() -> str:

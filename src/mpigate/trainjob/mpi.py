@@ -50,7 +50,10 @@ def gpu_count(resources: Mapping[str, Any]) -> int:
     takes the first by name, so that the answer is deterministic."""
     for section in ("requests", "limits"):
         values = mapping(resources.get(section))
-        name = min((n for n in values if isinstance(n, str) and "gpu" in n.lower()), default=None)
+        name: str | None = None
+        for key in values:  # min() over a generator, without the generator (hot path)
+            if isinstance(key, str) and "gpu" in key.lower() and (name is None or key < name):
+                name = key
         if name is None:
             continue
         value = values[name]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from .jsontypes import is_mapping
@@ -68,6 +69,24 @@ MERGE_KEYS: Mapping[str, str] = {
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
+# Path parts recur in every path of every request (spec, containers, env, securityContext...): the
+# regex runs once per short part (a pure function of the string; bounded in entries and, since a
+# tenant writes the keys, in length).
+_MEMO_PART_LENGTH = 63
+
+
+@lru_cache(maxsize=4096)
+def _plain_short(part: str) -> bool:
+    return _IDENT.match(part) is not None
+
+
+def _plain(part: str) -> bool:
+    """Whether ``part`` is written as ``.part`` (an identifier) rather than ``["part"]``."""
+    if len(part) > _MEMO_PART_LENGTH:
+        return _IDENT.match(part) is not None
+    return _plain_short(part)
+
+
 def format_path(parts: Iterable[PathPart]) -> str:
     """``("spec", "containers", Key("name", "node"), "image")`` → ``spec.containers[name=node].image``.
 
@@ -79,7 +98,7 @@ def format_path(parts: Iterable[PathPart]) -> str:
             out.append(str(part))
         elif isinstance(part, int):
             out.append(f"[{part}]")
-        elif _IDENT.match(part):
+        elif _plain(part):
             out.append(f".{part}" if out else part)
         else:
             escaped = part.replace("\\", "\\\\").replace('"', '\\"')

@@ -39,7 +39,10 @@ class Recorder:
         """``value`` when it has the expected type (or is absent), else record and return None."""
         if value is None:
             return None
-        ok = isinstance(value, expected) and not (isinstance(value, bool) and expected in (int, (int,)))
+        if expected is Mapping:  # the common case, without ABCMeta's isinstance (hot path)
+            ok = is_mapping(value)
+        else:
+            ok = isinstance(value, expected) and not (isinstance(value, bool) and expected in (int, (int,)))
         if ok:
             return value
         names = {

@@ -217,7 +217,7 @@ def _gpu_shape(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
                         else f'Set limits["{resource}"] to the same number ({ctx.shape.per_pod}).',
                         f"{resource} requested without a limit",
                     )
-                elif request is not None and request != limit:
+                elif request is not None and not _same(request, limit):
                     yield Finding(
                         "MPG-Q003",
                         job.origin((*base, "limits", resource)),
@@ -237,7 +237,9 @@ def _gpu_shape(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
                         f"{resource} {_num(value)} is not a whole number",
                     )
                 biggest = per_node.get(resource)
-                if biggest is not None and value > biggest[0]:
+                # value > biggest: in integers (Fraction's comparison with an int is interpreted
+                # Python and an ABC check; the denominator is positive).
+                if biggest is not None and value.numerator > biggest[0] * value.denominator:
                     yield Finding(
                         "MPG-Q003",
                         job.origin((*base, where, resource)),
@@ -246,6 +248,11 @@ def _gpu_shape(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
                         f"Ask for at most {biggest[0]} per pod and raise {ctx.shape.nodes} instead.",
                         f"{_num(value)} {resource} per pod > {biggest[0]} per node on {biggest[1]}",
                     )
+
+
+def _same(a: Fraction, b: Fraction) -> bool:
+    """``a == b`` (Fractions are kept in lowest terms), without Fraction's interpreted ``__eq__``."""
+    return a.numerator == b.numerator and a.denominator == b.denominator
 
 
 def _num(value: Fraction) -> str:
@@ -268,7 +275,12 @@ def _slots(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
     if node is None:
         return
     requests = pod_resources(node).requests
-    gpus = sum(int(v) for r, v in requests.items() if v.numerator > 0 and is_gpu(r, ctx.gpu_resources))
+    # int(v) of a positive v is its floor: integer division instead of Fraction's interpreted __int__.
+    gpus = sum(
+        v.numerator // v.denominator
+        for r, v in requests.items()
+        if v.numerator > 0 and is_gpu(r, ctx.gpu_resources)
+    )
     if gpus:
         if slots != gpus:
             effect = f"{gpus - slots} GPUs per pod stay idle" if slots < gpus else "ranks share GPUs"
@@ -281,7 +293,8 @@ def _slots(ctx: JobContext, resolution: Resolution) -> Iterator[Finding]:
             )
     else:
         cpu = requests.get("cpu")
-        if cpu is not None and cpu > 0 and slots > cpu:
+        # cpu > 0 and slots > cpu, in integers (see _gpu_shape).
+        if cpu is not None and cpu.numerator > 0 and slots * cpu.denominator > cpu.numerator:
             yield Finding(
                 "MPG-Q004",
                 path,
