@@ -4,7 +4,7 @@ them elsewhere, and storage URIs are within the region's data locations."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from mpigate.config import Config
@@ -287,7 +287,7 @@ def _uris(ctx: JobContext) -> Iterator[Finding]:
         if (path, uri) in seen:
             return
         seen.add((path, uri))
-        if any(uri.startswith(prefix) for prefix in locations):
+        if _inside(uri, locations):
             return
         shown = redact_uri(uri)
         yield Finding(
@@ -322,7 +322,7 @@ def _uris(ctx: JobContext) -> Iterator[Finding]:
         return
     for job in ctx.resolution.jobs:
         if job.ancestor in _INITIALIZERS:
-            yield from _initializer_locations(job, judge)
+            yield from _initializer_locations(job, judge, locations)
     for job in ctx.resolution.jobs:
         for list_field, index, e_index, var in job.env():
             value = as_str(var.get("value"))
@@ -331,6 +331,8 @@ def _uris(ctx: JobContext) -> Iterator[Finding]:
             # Only a storage URI can be a finding: the field's origin (costly) only for one.
             match = _URI.match(value)
             if match is None or match.group(1).lower() not in schemes:
+                continue
+            if _inside(value, locations):  # judge() finds nothing: no origin to look up
                 continue
             path = job.origin(("spec", list_field, index, "env", e_index))
             name = var.get("name")
@@ -341,11 +343,20 @@ def _uris(ctx: JobContext) -> Iterator[Finding]:
 _INITIALIZERS = frozenset({DATASET_INITIALIZER, MODEL_INITIALIZER})
 
 
-def _initializer_locations(job: EffectiveJob, judge: Callable[..., Iterator[Finding]]) -> Iterator[Finding]:
+def _inside(uri: str, locations: Sequence[str]) -> bool:
+    """Whether ``uri`` is in one of the region's data locations (then it is no finding, and the
+    origin of its field, the costly part, is not looked up)."""
+    return any(uri.startswith(prefix) for prefix in locations)
+
+
+def _initializer_locations(
+    job: EffectiveJob, judge: Callable[..., Iterator[Finding]], locations: Sequence[str]
+) -> Iterator[Finding]:
     """The data locations Trainer's initializer reads in ``job``'s initializer container: the
     effective value of each of :data:`INITIALIZER_LOCATION_ENV` (the last entry of a name wins, as
     the kubelet builds the environment), whatever its scheme. A value the gate cannot read
-    (valueFrom, or STORAGE_URI left to an envFrom source) is refused."""
+    (valueFrom, or STORAGE_URI left to an envFrom source) is refused; a value inside ``locations``
+    passes."""
     key = _KEYS.get(str(job.ancestor), "dataset")
     for list_field, index, container in job.containers():
         if list_field != "containers" or container.get("name") != job.ancestor:
@@ -368,8 +379,10 @@ def _initializer_locations(job: EffectiveJob, judge: Callable[..., Iterator[Find
                     )
                 continue
             e_index, var = effective[name]
-            path = job.origin(("spec", list_field, index, "env", e_index))
             value_from = var.get("valueFrom")
+            if value_from is None and (value := as_str(var.get("value"))) and _inside(value, locations):
+                continue  # what judge() would pass: no origin to look up
+            path = job.origin(("spec", list_field, index, "env", e_index))
             if value_from is not None:
                 source = _source(value_from)
                 yield Finding(
