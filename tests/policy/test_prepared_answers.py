@@ -1,6 +1,7 @@
 """Answers the engine prepares once per config give exactly what computing them per request gives:
-the credential check of the env entries of the config's runtimes (MPG-SEC-SECRETS) — each the
-same reason as :func:`credential_reason` — and which of the runtimes' images break no image rule
+the credential check of the env entries of the config's runtimes and of the pinned port
+environment mpigate injects (MPG-SEC-SECRETS) — each the same reason as :func:`credential_reason`
+— and which of the runtimes' images break no image rule
 (MPG-IMG-001/002); the same findings, paths and messages whether the prepared answers are used or
 not, on the example TrainJobs and on generated and hostile ones whose env and images repeat,
 shadow or add to the runtime's, with and without a required digest."""
@@ -13,8 +14,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mpigate.policy import UserInfo
+from mpigate.config.mpienv import IMPLEMENTATIONS
+from mpigate.policy import AdmissionInput, UserInfo, mutations
 from mpigate.policy.jobcontext import job_context
+from mpigate.policy.jsonpatch import apply_patch
 from mpigate.policy.prepared import config_image_refs
 from mpigate.policy.rules.image import check_image_ref, check_images, config_clean_images
 from mpigate.policy.rules.security import check_secrets, config_credential_reasons, credential_reason
@@ -74,6 +77,67 @@ def test_each_prepared_answer_is_credential_reason() -> None:
     assert known, "the example runtimes have literal env entries"
     for (name, value), reason in known.items():
         assert reason == credential_reason(name, value)
+
+
+def test_the_pinned_port_environment_is_prepared() -> None:
+    known = config_credential_reasons(ORG)
+    pinned = {
+        pair
+        for profile in ORG.network_profiles.values()
+        for implementation in IMPLEMENTATIONS
+        for pair in profile.pinned_env(implementation)
+    }
+    assert pinned, "the example org has a pinned-ports profile"
+    assert pinned <= set(known)
+
+
+def _mutated(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as mpigate's mutation leaves it (with the pinned port environment where the job's
+    network profile pins ports)."""
+    meta = obj.get("metadata") or {}
+    request = AdmissionInput(
+        operation="CREATE",
+        kind=str(obj.get("kind", "TrainJob")),
+        namespace=str(meta.get("namespace") or "nlp-team"),
+        name=str(meta.get("name") or "job"),
+        obj=obj,
+    )
+    patch = mutations(ORG, request).patch
+    return apply_patch(obj, list(patch)) if patch else obj
+
+
+def test_the_mutated_examples_get_the_same_findings() -> None:
+    pinned_jobs = 0
+    for path in EXAMPLES:
+        obj = _mutated(read(path))
+        pinned_jobs += "OMPI_MCA_btl_tcp_port_min_v4" in str(obj)
+        _both_ways(obj)
+        # the pinned entries again, changed, and beside a credential
+        hostile = copy.deepcopy(obj)
+        env = hostile.setdefault("spec", {}).setdefault("trainer", {}).setdefault("env", [])
+        if isinstance(env, list):
+            env += [
+                {"name": "OMPI_MCA_btl_tcp_port_min_v4", "value": "AKIAABCDEFGHIJKLMNOP"},
+                {"name": "I_MPI_PORT_RANGE", "value": "ghp_" + "a" * 36},
+            ]
+            _both_ways(hostile)
+    assert pinned_jobs, "some example runs with the pinned-ports profile"
+
+
+def test_a_wrong_prepared_answer_is_caught() -> None:
+    # The comparison above must be able to fail: a prepared answer that calls a pinned entry a
+    # credential changes the findings of a job that carries it.
+    obj = _mutated(read(REPO / "examples" / "trainjobs" / "phi-pinned.yaml"))
+    ctx, _ = job_context(
+        ORG, "CREATE", obj, "nlp-team", "job", ORG.team_for_namespace("nlp-team"), None, UserInfo()
+    )
+    assert ctx.resolution is not None
+    jobs = ctx.resolution.jobs
+    wrong = dict(config_credential_reasons(ORG))
+    pinned = next(pair for pair in wrong if pair[0] == "OMPI_MCA_btl_tcp_port_min_v4")
+    wrong[pinned] = "the name says it is a credential"
+    assert list(check_secrets(jobs, wrong)) != list(check_secrets(jobs))
+    assert list(check_secrets(jobs, config_credential_reasons(ORG))) == list(check_secrets(jobs))
 
 
 def test_each_clean_image_breaks_no_image_rule() -> None:

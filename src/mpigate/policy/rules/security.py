@@ -15,6 +15,7 @@ from typing import Any
 from mpigate.catalogue import all_rules
 from mpigate.config import Config
 from mpigate.config.model import SecurityPolicy
+from mpigate.config.mpienv import IMPLEMENTATIONS
 from mpigate.policy import pss
 from mpigate.policy.context import JobContext, as_mapping, as_str
 from mpigate.policy.findings import Finding
@@ -209,9 +210,10 @@ def value_digest(value: str) -> str:
 
 def config_credential_reasons(config: Config) -> Mapping[tuple[str, str], str | None]:
     """:func:`credential_reason` of every literal env entry ``(name, value)`` of the config's
-    runtimes on their own (their containers' env and what Trainer's plugins add), computed once per
-    config: most env entries of a job's pods are its runtime's, and the answer is a function of the
-    pair alone."""
+    runtimes on their own (their containers' env and what Trainer's plugins add) and of the pinned
+    port environment mpigate injects (each network profile, each MPI implementation), computed once
+    per config: most env entries of a job's pods are its runtime's or mpigate's, and the answer is a
+    function of the pair alone."""
 
     def build() -> Mapping[tuple[str, str], str | None]:
         out: dict[tuple[str, str], str | None] = {}
@@ -223,6 +225,11 @@ def config_credential_reasons(config: Config) -> Mapping[tuple[str, str], str | 
                         name = as_str(var.get("name")) or "?"
                         if (name, value) not in out:
                             out[(name, value)] = credential_reason(name, value)
+        for profile in config.network_profiles.values():
+            for implementation in IMPLEMENTATIONS:
+                for name, value in profile.pinned_env(implementation):
+                    if (name, value) not in out:
+                        out[(name, value)] = credential_reason(name, value)
         return MappingProxyType(out)
 
     found: Mapping[tuple[str, str], str | None] = memoized(config, ("policy.credential_reasons",), build)
