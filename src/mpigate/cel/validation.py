@@ -239,13 +239,19 @@ def _read(source: str, variables: Sequence[tuple[str, str]]) -> list[tuple[str, 
 
 
 def _wrap(source: str, params: Any, variables: Sequence[tuple[str, str]]) -> str:
-    bound = f"({source})"
+    # Each expression is followed by a newline before what closes around it: CEL has line comments,
+    # which the API server accepts at the end of an expression ("x > 0 // why"); on one line with
+    # the wrapping, the comment would swallow the closing parenthesis (a valid rule refused) — or,
+    # in sources joined side by side, the expressions after it. So every program source ends with
+    # a parenthesis of mpigate's own, on a line no comment of the expression reaches, which the
+    # list programs that join them (policy.custom_compiled) rely on.
+    bound = f"({source}\n)"
     # innermost first: each level binds `variables` to the previous names plus its own
     for level in range(len(variables), 0, -1):
         visible = variables[:level]
         entries = [f"{_literal(n)}: variables.{n}" for n, _ in visible[:-1]]
         last_name, last_expr = visible[-1]
-        entries.append(f"{_literal(last_name)}: dyn({last_expr})")
+        entries.append(f"{_literal(last_name)}: dyn({last_expr}\n)")
         bound = f"cel.bind(variables, {{{', '.join(entries)}}}, {bound})"
     # dyn, as the API server types params without a paramKind schema and each variable apart:
     # cel-cpp types a map literal's values by one of them (a list variable next to a map one made
