@@ -39,7 +39,7 @@ COMPILED_TESTS ?= tests/policy tests/trainjob tests/kueue/test_model.py tests/ad
   tests/admission/test_deadline.py tests/admission/test_inline.py tests/admission/test_workers.py \
   tests/admission/test_limits.py tests/config --ignore=tests/config/test_yamlsource.py \
   --ignore=tests/config/test_units.py --ignore=tests/config/test_schema.py tests/render/test_render.py \
-  tests/test_catalogue.py tests/test_build.py tests/audit/test_records.py
+  tests/test_catalogue.py tests/test_build.py tests/audit/test_records.py tests/cel_k8s/test_reads.py
 
 .PHONY: all demo test kubectl-client test-stages test-compiled compiled lint format docs lock system-deps venv clean help report-screenshot image test-image
 

@@ -31,6 +31,7 @@ COMPILED = (
     "mpigate.config.model",
     "mpigate.config.queueing",
     "mpigate.audit.records",
+    "mpigate.cel.reads",
 )
 
 
