@@ -57,7 +57,8 @@ def wheel_venv_steps(venv: Path, requirements: tuple[str, ...], repo: Path = REP
 
     With uv, the installer ``make venv`` uses, when the tests' Python has it: the same versions as
     pip, in a fraction of pip's time — a fresh clone's `make test` made these venvs with pip in
-    60-75 s each (load ~5), inside the first MPI test of each installation; with uv in 10-20 s.
+    64-75 s each (load ~5), inside the first MPI test of each installation; with uv in 15-26 s
+    (load ~8, waits for the locks included).
     Without uv, pip."""
     python = str(venv / "bin" / "python")
     constraints = str(repo / "constraints.txt")
