@@ -1,5 +1,11 @@
 """Fixtures for the webhook tests: a trustme CA, serving certificates, a copy of the fixture
-org, real servers on 127.0.0.1:0 and HTTPS clients that trust the CA."""
+org, real servers on 127.0.0.1:0 and HTTPS clients that trust the CA.
+
+A test that starts a server runs twice, once per event loop ``mpigate serve --loop`` offers
+(uvloop, the default, and asyncio's own): pytest-asyncio runs the test on that loop, the
+in-process server (``start_webhook``) serves on it and a ``mpigate serve`` process
+(``serving``) is started with ``--loop`` of the same kind. Other async tests run on uvloop, as
+the server does by default."""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import pytest_asyncio
 import trustme
 import yaml
 
+from mpigate.admission.eventloop import DEFAULT_LOOP, LOOPS, loop_factory
 from mpigate.admission.server import ServeOptions, WebhookServer
 from mpigate.admission.service import ServiceSettings
 from mpigate.config import load
@@ -31,6 +38,17 @@ ADMISSION_FIXTURES = FIXTURES / "admission"
 BASE_ORG = FIXTURES / "config" / "base"
 
 StartWebhook = Callable[..., Awaitable[WebhookServer]]
+
+# fixtures that start a webhook server: on the test's loop, or as a process on a loop of its kind
+SERVER_FIXTURES = frozenset({"start_webhook", "serving"})
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
+    """The event loops an async test of this directory runs on (pytest-asyncio's hook): every
+    loop the server offers when the test starts a server, else the default one."""
+    if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return {name: loop_factory(name) for name in LOOPS}
+    return {DEFAULT_LOOP: loop_factory(DEFAULT_LOOP)}
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
@@ -146,13 +164,13 @@ async def http(client_ssl: ssl.SSLContext) -> AsyncIterator[aiohttp.ClientSessio
 
 
 class ThreadedWebhook:
-    """A webhook server on its own event loop in a thread, for synchronous clients (hypothesis
-    tests, benchmarks-in-tests)."""
+    """A webhook server on its own event loop (of kind ``loop``) in a thread, for synchronous
+    clients (hypothesis tests, benchmarks-in-tests)."""
 
-    def __init__(self, options: ServeOptions, **kwargs: Any) -> None:
+    def __init__(self, options: ServeOptions, *, loop: str = DEFAULT_LOOP, **kwargs: Any) -> None:
         import threading
 
-        self.loop = asyncio.new_event_loop()
+        self.loop = loop_factory(loop)()
         self.thread = threading.Thread(target=self.loop.run_forever, name="webhook", daemon=True)
         self.thread.start()
 

@@ -15,12 +15,15 @@ from typing import Any
 
 import trustme
 
+from mpigate.admission.eventloop import loop_name
+
 from .conftest import write_cert
 
 
 class ServeProcess:
     """One ``python -m mpigate serve`` with TLS from ``ca``; ``lines`` holds every stderr line,
-    ``events`` the JSON ones."""
+    ``events`` the JSON ones. It serves on the kind of event loop the test runs on (``--loop``,
+    unless the arguments choose one): the tests that start servers run once per loop."""
 
     def __init__(self, ca: trustme.CA, directory: Path, *args: str) -> None:
         self.ca = ca
@@ -41,9 +44,10 @@ class ServeProcess:
 
     async def start(self, *, wait_listening: bool = True) -> ServeProcess:
         cert, key = write_cert(self.ca, self.directory / "tls")
+        loop = () if "--loop" in self.args else ("--loop", loop_name(asyncio.get_running_loop()))
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "mpigate", "serve", "--tls-cert", str(cert), "--tls-key", str(key),
-            "--host", "127.0.0.1", "--port", "0", "--no-live", *self.args,
+            "--host", "127.0.0.1", "--port", "0", "--no-live", *loop, *self.args,
             stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
             env={**os.environ, "KUBECONFIG": ""},
         )  # fmt: skip

@@ -423,3 +423,15 @@ async def test_sigterm_finishes_the_review_in_flight_and_records_it(
     # The record holds the figures of the read SIGTERM arrived during.
     (q008,) = [v for v in decisions[0]["violations"] if v["id"] == "MPG-Q008"]
     assert "the job asks 16 and 11 are free for it now" in q008["message"]
+
+
+def test_serve_on_uvloop_without_uvloop_refuses_to_start_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop now raises ImportError
+    result = CliRunner().invoke(
+        cli, ["serve", "--config", str(REPO), "--insecure-dev", "--port", "0", "--loop", "uvloop"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "--loop" in result.output and "uvloop is not installed" in result.output
+    assert "Traceback" not in result.output

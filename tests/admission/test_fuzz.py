@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mpigate.admission.client import make_review
+from mpigate.admission.eventloop import LOOPS
 from mpigate.admission.server import ServeOptions
 from mpigate.admission.service import ServiceSettings
 
@@ -27,8 +28,10 @@ MAX_BODY = 256 * 1024
 OK_STATUSES = {200, 400, 413, 415}
 
 
-@pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ThreadedWebhook, ssl.SSLContext]]:
+@pytest.fixture(scope="module", params=LOOPS)
+def fuzz_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ThreadedWebhook, ssl.SSLContext]]:
     base = tmp_path_factory.mktemp("fuzz")
     ca = trustme.CA()
     cert, key = write_cert(ca, base / "tls")
@@ -43,7 +46,8 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Thre
         settings=ServiceSettings(deadline=5.0),
         reload_interval=3600,
     )
-    webhook = ThreadedWebhook(options)  # the real engine: it must not fail on odd objects either
+    # the real engine: it must not fail on odd objects either; on each loop `serve --loop` offers
+    webhook = ThreadedWebhook(options, loop=request.param)
     ctx = ssl.create_default_context()
     ca.configure_trust(ctx)
     yield webhook, ctx

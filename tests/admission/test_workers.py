@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from mpigate.admission.client import make_review
+from mpigate.admission.eventloop import LOOPS
 from mpigate.audit import generate_key
 from mpigate.cli import cli
 
@@ -27,15 +28,16 @@ from .conftest import BASE_ORG, trainjob
 
 
 class Supervisor:
-    """``mpigate serve --workers 2`` on plain HTTP, its log lines parsed as they come."""
+    """``mpigate serve --workers 2 --loop LOOP`` on plain HTTP, its log lines parsed as they come."""
 
-    def __init__(self, tmp: Path, *extra: str) -> None:
+    def __init__(self, tmp: Path, loop: str, *extra: str) -> None:
         self.log_path = tmp / "serve.log"
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [
                     sys.executable, "-m", "mpigate", "serve", "--config", str(BASE_ORG), "--insecure-dev",
-                    "--host", "127.0.0.1", "--port", "0", "--no-live", "--workers", "2", *extra,
+                    "--host", "127.0.0.1", "--port", "0", "--no-live", "--workers", "2", "--loop", loop,
+                    *extra,
                 ],
                 stderr=log,
                 stdout=subprocess.DEVNULL,
@@ -86,12 +88,13 @@ class Supervisor:
         self.proc.wait(60)
 
 
-@pytest.fixture
-def supervisor(tmp_path: Path) -> Iterator[Any]:
+@pytest.fixture(params=LOOPS)
+def supervisor(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Starts supervisors on the test's loop: each test runs once per loop ``--loop`` offers."""
     started: list[Supervisor] = []
 
     def start(*extra: str) -> Supervisor:
-        started.append(Supervisor(tmp_path, *extra))
+        started.append(Supervisor(tmp_path, request.param, *extra))
         return started[-1]
 
     yield start

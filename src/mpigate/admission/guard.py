@@ -48,9 +48,15 @@ that ``aiohttp.web_server.Server`` builds). What it follows:
   protocol only once it has sent something (its ClientHello is usually there already at accept);
   until then it is a descriptor, a reader registration and a dict entry.
 * **Memory**: asyncio's TLS protocol keeps a 256 KiB receive buffer per connection (CPython
-  ``Lib/asyncio/sslproto.py`` ``SSLProtocol.max_size``), ~280 KB a connection in all, which put
-  4,000 slow clients past the install base's memory limit; here it is 16 KiB (one TLS record):
-  ~100 KB a held connection at the benchmark's peak RSS, everything included.
+  ``Lib/asyncio/sslproto.py`` ``SSLProtocol.max_size``), zero-filled, ~280 KB a connection in
+  all, which put 4,000 slow clients past the install base's memory limit; on asyncio's loop it is
+  16 KiB here (one TLS record): ~100 KB a held connection at the benchmark's peak RSS,
+  everything included. uvloop's TLS protocol (the default loop, :mod:`.eventloop`) allocates its
+  256 KiB without writing it, so only the pages its reads touch are resident
+  (:func:`tls_protocol_for`): as little per slow client as on asyncio's loop with 16 KiB
+  (benchmarks/slow_clients.py); a client that gets one large read in (it must send that much at
+  once) keeps up to 256 KiB resident until it is closed — less than the body of up to
+  ``--max-body`` that a client holding a request half-sent already costs on either loop.
 * **No storms**: an ``accept()`` that fails for lack of descriptors or memory pauses accepting
   with backoff (as Go's ``Server.Serve`` and asyncio do); any other ``accept()`` error is that
   one connection's and is logged, not raised; every kind of refusal, error or timeout is logged at
@@ -79,6 +85,14 @@ from aiohttp.web_protocol import RequestHandler
 
 from .logjson import fields
 from .metrics import Metrics
+
+try:  # a dependency, but the guard also serves on asyncio's loop without it (--loop asyncio)
+    from uvloop import Loop as _UVLoop
+    from uvloop import loop as _uvloop_module
+
+    _UVSSLProtocol: Callable[..., asyncio.BaseProtocol] | None = _uvloop_module.SSLProtocol  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - uvloop is installed with mpigate
+    _UVSSLProtocol = None
 
 __all__ = ["ConnectionLimits", "GuardedSite", "RateLimitedLog", "raise_open_file_limit"]
 
@@ -182,6 +196,23 @@ class _TLSProtocol(sslproto.SSLProtocol):
     the buffer is allocated per connection, and most of what a held connection costs."""
 
     max_size = 16 * 1024
+
+
+def tls_protocol_for(loop: asyncio.AbstractEventLoop) -> Callable[..., asyncio.BaseProtocol]:
+    """The server-side TLS protocol to put between a connection and aiohttp on ``loop``.
+
+    On uvloop its own (``uvloop/sslproto.pyx`` ``SSLProtocol``, compiled, with the constructor of
+    asyncio's): uvloop's TCP transport hands it the bytes it reads without a Python call (the
+    fast path for that class in ``uvloop/handles/stream.pyx`` ``__uv_stream_buffered_alloc`` and
+    ``__uv_stream_buffered_on_read``). Its 256 KiB receive buffer (``SSL_READ_MAX_SIZE``,
+    ``uvloop/includes/consts.pxi``) is fixed at compile time, but it is ``PyMem_RawMalloc``'d,
+    never written before a read (``SSLProtocol.__cinit__``, ``get_buffer_impl``): a held
+    connection's resident memory is the pages its reads touched, not the whole buffer — unlike
+    asyncio's ``bytearray``, zero-filled at once, which :class:`_TLSProtocol` shrinks instead.
+    """
+    if _UVSSLProtocol is not None and isinstance(loop, _UVLoop):
+        return _UVSSLProtocol
+    return _TLSProtocol
 
 
 class _Deadlines:
@@ -756,7 +787,12 @@ class GuardedSite(web.BaseSite):
     async def _connect(self, conn: socket.socket, slot: _Slot) -> None:
         """Serve ``conn``: aiohttp's protocol, behind TLS when the site has a context. What
         ``loop.connect_accepted_socket(..., ssl=...)`` does (CPython:
-        ``BaseEventLoop._create_connection_transport``), with :class:`_TLSProtocol`."""
+        ``BaseEventLoop._create_connection_transport``; uvloop: ``Loop.connect_accepted_socket``
+        in ``uvloop/loop.pyx``), with the loop's TLS protocol made here (:func:`tls_protocol_for`)
+        and handed over as a plain protocol: both loops then return the TCP transport as soon as
+        it is made, so that the handshake can be aborted from outside (its deadline, an
+        eviction). Given ``ssl=``, uvloop's would return only after the handshake, and close —
+        not abort — a connection whose handshake failed."""
         loop = asyncio.get_running_loop()
         server = self._runner.server
         assert server is not None
@@ -770,14 +806,13 @@ class GuardedSite(web.BaseSite):
         protocol: asyncio.BaseProtocol = handler
         if self._ssl_context is not None:
             waiter = loop.create_future()
-            protocol = _TLSProtocol(
+            protocol = tls_protocol_for(loop)(
                 loop,
                 handler,
                 self._ssl_context,
                 waiter,
                 server_side=True,
-                # asyncio takes seconds as a float; typeshed's stub says int
-                ssl_handshake_timeout=self.limits.handshake_timeout,  # type: ignore[arg-type]
+                ssl_handshake_timeout=self.limits.handshake_timeout,
                 ssl_shutdown_timeout=self.limits.handshake_timeout,
             )
         try:

@@ -25,6 +25,7 @@ import contextlib
 import datetime as dt
 import functools
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager
@@ -201,8 +202,10 @@ class AdmissionService:
 
     async def review(self, stage: Stage, body: bytes, request_id: str) -> Reply:
         """Judge one request body for ``stage`` (``mutate`` or ``validate``)."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        # time.monotonic(), not loop.time(): uvloop's is libuv's clock, in whole milliseconds and
+        # read once per loop iteration (uvloop/loop.pyx Loop.time, libuv uv_now), so a review
+        # answered within one iteration took 0 ms by it, and its deadline ran from a stale start
+        started = time.monotonic()
         deadline = started + self.settings.deadline
         self.metrics.in_flight.inc()
         try:
@@ -218,7 +221,7 @@ class AdmissionService:
                         span.set_status(Status(StatusCode.ERROR, reply.outcome))
         finally:
             self.metrics.in_flight.dec()
-        elapsed = loop.time() - started
+        elapsed = time.monotonic() - started
         info = reply.info
         kind = info.get("kind", "-")
         operation = info.get("operation", "-")
@@ -311,7 +314,7 @@ class AdmissionService:
         with self._span("evaluate"):
             engine = self.mutator if stage == "mutate" else self.evaluator
             call = functools.partial(engine, config, req.input, live, now)
-            remaining = max(deadline - loop.time(), 0.001)
+            remaining = max(deadline - time.monotonic(), 0.001)
             try:
                 if self.settings.evaluate_in_thread or not self._alarm.available():
                     decision = await asyncio.wait_for(loop.run_in_executor(self._executor, call), remaining)
@@ -363,9 +366,8 @@ class AdmissionService:
         self, config: Config, request: AdmissionInput, deadline: float, *, quota: bool
     ) -> LiveContext | None:
         assert self.live is not None
-        loop = asyncio.get_running_loop()
         # Leave at least half of what remains for evaluation and the audit write.
-        remaining = max(deadline - loop.time(), 0.0)
+        remaining = max(deadline - time.monotonic(), 0.0)
         budget = min(self.settings.live_timeout, remaining / 2)
         if budget <= 0.001:
             self.metrics.deadline_exceeded.labels("live").inc()
@@ -396,8 +398,7 @@ class AdmissionService:
     async def _record(
         self, decision: Decision, request: AdmissionInput, stage: Stage, deadline: float, request_id: str
     ) -> RecordPosition | None:
-        loop = asyncio.get_running_loop()
-        remaining = max(deadline - loop.time(), MIN_RECORD_SECONDS)
+        remaining = max(deadline - time.monotonic(), MIN_RECORD_SECONDS)
         # Shielded: a write that outlives the deadline still completes instead of being torn.
         write = asyncio.ensure_future(self.recorder.record(decision, request, stage))
         try:

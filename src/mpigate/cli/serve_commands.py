@@ -33,6 +33,8 @@ from mpigate.admission.client import (
     replay,
     summarize,
 )
+from mpigate.admission.eventloop import DEFAULT_LOOP, LOOPS, LoopUnavailable, loop_factory
+from mpigate.admission.eventloop import run as run_on_loop
 from mpigate.admission.guard import ConnectionLimits
 from mpigate.admission.kube import KubeConfig, KubeConfigError, in_cluster_config, load_kubeconfig
 from mpigate.admission.logjson import JsonFormatter, fields
@@ -337,6 +339,14 @@ def _kube_config(kubeconfig: Path | None, context: str | None, live: bool) -> Ku
     type=click.IntRange(1, 64),
     help="Server processes on the port (SO_REUSEPORT); about one per core.",
 )
+@click.option(
+    "--loop",
+    "loop_kind",
+    type=click.Choice(LOOPS),
+    default=DEFAULT_LOOP,
+    show_default=True,
+    help="Event loop: uvloop (loop and TLS compiled) or asyncio's own (the pure-Python fallback).",
+)
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
@@ -368,6 +378,7 @@ def serve_command(
     shutdown_timeout: float,
     trace_exporter: str | None,
     workers: int,
+    loop_kind: str,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -384,13 +395,18 @@ def serve_command(
           --audit-dir /var/lib/mpigate/audit
     """
     _configure_logging(log_format, log_level)
+    try:
+        loop_factory(loop_kind)
+    except LoopUnavailable as exc:
+        raise click.BadParameter(str(exc), param_hint="--loop") from exc
     # which build serves (docs/building.md): the mypyc-compiled engine or its pure-Python fallback
     built = compiled()
     log.info(
-        "mpigate %s starting (compiled: %s)",
+        "mpigate %s starting (compiled: %s, loop: %s)",
         __version__,
         "yes" if built else "no",
-        extra=fields(event="starting", version=__version__, compiled=built),
+        loop_kind,
+        extra=fields(event="starting", version=__version__, compiled=built, loop=loop_kind),
     )
     if insecure_dev:
         if host == "0.0.0.0":
@@ -434,10 +450,12 @@ def serve_command(
     )
     if workers > 1:
         sys.exit(
-            _serve_workers(options, workers, audit_dir, audit_key, trace_exporter, log_format, log_level)
+            _serve_workers(
+                options, workers, audit_dir, audit_key, trace_exporter, log_format, log_level, loop_kind
+            )
         )
     try:
-        asyncio.run(_serve(options, audit_dir, audit_key, trace_exporter))
+        run_on_loop(_serve(options, audit_dir, audit_key, trace_exporter), loop_kind)
     except (ValueError, OSError, AuditError) as exc:
         click.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(2)
@@ -453,6 +471,7 @@ class _WorkerSpec:
     exporter: str | None
     log_format: str
     log_level: str
+    loop: str
 
 
 def _serve_workers(
@@ -463,6 +482,7 @@ def _serve_workers(
     exporter: str | None,
     log_format: str,
     log_level: str,
+    loop: str,
 ) -> int:
     try:
         reserved, port = reserve_port(options.host, options.port)
@@ -481,6 +501,7 @@ def _serve_workers(
                     exporter,
                     log_format,
                     log_level,
+                    loop,
                 ),
                 ready,
             ),
@@ -515,14 +536,15 @@ def _run_worker(spec: _WorkerSpec, ready: Any) -> None:
     for handler in logging.getLogger().handlers:
         handler.addFilter(_WorkerField(index))
     try:
-        asyncio.run(
+        run_on_loop(
             _serve(
                 spec.options,
                 spec.audit_dir,
                 spec.audit_key,
                 spec.exporter,
                 on_started=lambda: ready.put(index),
-            )
+            ),
+            spec.loop,
         )
     except (ValueError, OSError, AuditError) as exc:
         log.error("worker %s: %s", index, exc)
