@@ -14,7 +14,7 @@ server; the CPU seconds of the server and of the slow clients, and the machine's
 
     .venv/bin/python benchmarks/slow_clients.py [--clients 3000] [--seconds 90] [--mode mixed]
         [--per-address 100 | --one-address] [--baseline-seconds 15] [--processes 2]
-        [--attacker-nice 0] [--python .venv-compiled/bin/python]
+        [--attacker-nice 0] [--python .venv-compiled/bin/python] [--loop uvloop|asyncio]
         [--server-args --max-connections 1024 ...]
 
 The slow clients model other machines, so they are cheap here: ``--processes`` processes, each
@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from webhook_load import REPO, http_request, start_mpigate
+from webhook_load import LOOPS, REPO, http_request, start_mpigate
 
 from mpigate.admission.certs import issue_certificates
 from mpigate.admission.client import make_review
@@ -455,9 +455,10 @@ async def main_async(args: argparse.Namespace) -> int:
     issued = issue_certificates(tmp / "certs", service="bench", namespace="bench", extra_names=("127.0.0.1",))
     ctx = ssl.create_default_context(cafile=str(issued.ca_cert))
     proc, port, _ = start_mpigate(
-        tmp, issued.tls_cert, issued.tls_key, audit=True, python=args.python, extra=args.server_args
-    )
-    log = tmp / "mpigate-audit.log"
+        tmp, issued.tls_cert, issued.tls_key, audit=True, python=args.python, extra=args.server_args,
+        loop=args.loop,
+    )  # fmt: skip
+    log = tmp / f"mpigate-audit-{args.loop}.log"
     try:
         job = json.loads(json.dumps(__import__("yaml").safe_load(
             (REPO / "examples" / "trainjobs" / "llm-finetune.yaml").read_text())))  # fmt: skip
@@ -472,8 +473,14 @@ async def main_async(args: argparse.Namespace) -> int:
     finally:
         proc.terminate()
         proc.wait(60)
+    print(f"server: mpigate serve --loop {args.loop} {' '.join(args.server_args)}".rstrip())
     report(baseline, None)
     report(attacked, baseline)
+    if attacked.held_at_end:
+        # what a held connection costs: the peak's growth over the baseline's, per connection held
+        grown = attacked.peak_rss - baseline.peak_rss
+        per = grown / attacked.held_at_end / 1024
+        print(f"RSS above the baseline per slow connection held at the end: {per:.0f} KiB")
     lat = sorted(attacked.latencies)
     ok = attacked.misses == 0 and not attacked.errors and attacked.peak_rss < memory_limit()
     ok = ok and attacked.tracebacks == 0
@@ -501,6 +508,7 @@ def main() -> None:
         help="Niceness of the slow clients' processes (in a cluster they run on other machines).",
     )
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--loop", choices=LOOPS, default="uvloop", help="mpigate serve --loop")
     parser.add_argument("--server-args", nargs=argparse.REMAINDER, default=[], help="Extra serve flags.")
     args = parser.parse_args()
     if args.one_address:

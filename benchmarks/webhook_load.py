@@ -24,6 +24,12 @@ shared with the load generator.
         [--targets noop,shell,mpigate,mpigate+audit] [--python .venv-compiled/bin/python]
         [--baseline /work/main/.venv/bin/python]
 
+``--loop uvloop|asyncio`` (default uvloop, as ``mpigate serve``) is the event loop of this
+checkout's servers — the no-op's too, so that the floor is measured on the same loop; a target
+name ending in ``@asyncio`` or ``@uvloop`` (``noop@asyncio``, ``shell@asyncio``,
+``mpigate@asyncio``) runs that target on the other loop in the same run. The ``baseline`` targets
+run as the other checkout runs them (``mpigate serve`` without ``--loop``; its shell on asyncio).
+
 ``--workers N`` runs mpigate with ``serve --workers N`` and the no-op as N processes on one port
 (``SO_REUSEPORT``, like mpigate's workers), so that the two are compared on equal terms; the shell
 always runs as one process. ``--python`` chooses the interpreter (and so the mpigate build) that
@@ -66,9 +72,22 @@ REPO = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------------------------- no-op responder
 
 
-def run_noop(port_file: str, cert: str, key: str, port: int = 0) -> None:
+def run_on(loop: str, main: Any) -> None:
+    """Run the coroutine ``main`` on ``loop`` ("uvloop" or "asyncio"): done here, not through
+    mpigate, so that a baseline checkout's shell runs on the loop asked for too."""
+    factory = None
+    if loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)
+
+
+def run_noop(port_file: str, cert: str, key: str, port: int = 0, loop: str = "asyncio") -> None:
     """The baseline server: decode, answer allowed (same TLS context as mpigate). Binds with
-    ``SO_REUSEPORT``, as ``mpigate serve --workers`` does, so that ``--workers N`` runs N of them."""
+    ``SO_REUSEPORT``, as ``mpigate serve --workers`` does, so that ``--workers N`` runs N of them.
+    On uvloop aiohttp's site serves through uvloop's TLS transport, as mpigate's does there."""
     from aiohttp import web
 
     from mpigate.admission.tls import server_context
@@ -99,10 +118,10 @@ def run_noop(port_file: str, cert: str, key: str, port: int = 0) -> None:
         await stop.wait()
         await runner.cleanup()
 
-    asyncio.run(main())
+    run_on(loop, main())
 
 
-def run_shell(port_file: str, cert: str, key: str) -> None:
+def run_shell(port_file: str, cert: str, key: str, loop: str = "asyncio") -> None:
     """mpigate's own server with a policy engine that allows everything (see the docstring)."""
     from mpigate.admission.server import ServeOptions, WebhookServer
     from mpigate.cli.serve_commands import _configure_logging
@@ -121,7 +140,7 @@ def run_shell(port_file: str, cert: str, key: str) -> None:
         server = WebhookServer(options, evaluator=allow, mutator=allow)
         await server.run_until_signalled(lambda: Path(port_file).write_text(str(server.port)))
 
-    asyncio.run(main())
+    run_on(loop, main())
 
 
 # ---------------------------------------------------------------------------------- load client
@@ -300,20 +319,32 @@ def wait_port(port_file: Path, proc: subprocess.Popen[bytes], timeout: float = 3
     raise RuntimeError("server did not start")
 
 
+LOOPS = ("uvloop", "asyncio")
+
+
+def split_target(target: str, default_loop: str) -> tuple[str, str]:
+    """``noop@asyncio`` -> ("noop", "asyncio"); a target without ``@`` runs on ``default_loop``
+    (the baseline targets: on asyncio, as the other checkout runs them)."""
+    name, _, loop = target.partition("@")
+    if not loop:
+        loop = "asyncio" if name.startswith("baseline") else default_loop
+    if loop not in LOOPS:
+        raise SystemExit(f"{target}: the loop after @ must be one of {', '.join(LOOPS)}")
+    return name, loop
+
+
 def start_baseline(
-    tmp: Path, target: str, cert: Path, key: Path, count: int, python: str
+    tmp: Path, target: str, cert: Path, key: Path, count: int, python: str, loop: str = "asyncio"
 ) -> list[tuple[subprocess.Popen[bytes], int]]:
     """``count`` processes of the no-op or shell server on one port (the first picks it)."""
     started: list[tuple[subprocess.Popen[bytes], int]] = []
     port = 0
-    server = "shell" if target.endswith("shell") else target
+    server = "shell" if target.partition("@")[0].endswith("shell") else "noop"
     for i in range(count):
         port_file = tmp / f"{target}-{i}.port"
+        argv = [python, __file__, f"--{server}-server", str(port_file), str(cert), str(key), str(port), loop]
         with (tmp / f"{target}-{i}.log").open("wb") as log:
-            proc: subprocess.Popen[bytes] = subprocess.Popen(
-                [python, __file__, f"--{server}-server", str(port_file), str(cert), str(key), str(port)],
-                stderr=log,
-            )
+            proc: subprocess.Popen[bytes] = subprocess.Popen(argv, stderr=log)
         port = wait_port(port_file, proc)
         started.append((proc, port))
     return started
@@ -327,10 +358,12 @@ def start_mpigate(
     workers: int = 1,
     python: str = sys.executable,
     extra: list[str] | tuple[str, ...] = (),
+    loop: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], int, bool | None]:
-    """``mpigate serve``; returns the process, its port and whether its build is compiled (from
-    its ``starting`` record; None when it does not say)."""
-    log_path = tmp / f"mpigate{'-audit' if audit else ''}.log"
+    """``mpigate serve`` (with ``--loop loop`` unless None: a baseline checkout may not know it);
+    returns the process, its port and whether its build is compiled (from its ``starting``
+    record; None when it does not say)."""
+    log_path = tmp / f"mpigate{'-audit' if audit else ''}{'-' + loop if loop else ''}.log"
     args = [
         python, "-m", "mpigate", "serve", "--config", str(REPO), "--tls-cert", str(cert),
         "--tls-key", str(key), "--host", "127.0.0.1", "--port", "0", "--no-live",
@@ -340,6 +373,8 @@ def start_mpigate(
         keyfile = tmp / "audit.key"
         keyfile.write_bytes(generate_key("ed25519")[0])  # the example org signs with ed25519
         args += ["--audit-dir", str(tmp / "audit"), "--audit-key", str(keyfile)]
+    if loop is not None:
+        args += ["--loop", loop]
     args += list(extra)
     with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(args, stderr=log, stdout=subprocess.DEVNULL)
@@ -367,6 +402,12 @@ def main() -> None:
     parser.add_argument("--targets", default="noop,shell,mpigate,mpigate+audit")
     parser.add_argument("--workers", type=int, default=1, help="mpigate serve --workers (processes)")
     parser.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default="uvloop",
+        help="event loop of this checkout's servers (the no-op's too); a target@loop overrides it",
+    )
+    parser.add_argument(
         "--baseline",
         metavar="PYTHON",
         help="also run mpigate (target 'baseline') with this interpreter, e.g. another checkout's venv",
@@ -392,14 +433,16 @@ def main() -> None:
     builds: dict[str, str] = {}  # the mpigate build each mpigate target ran (from its startup log)
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; {args.seconds:g} s per level "
           f"after {args.warmup:g} s warm-up; {args.client_procs} client processes; "
-          f"mpigate serve --workers {args.workers}; servers run by {args.python}")  # fmt: skip
+          f"mpigate serve --workers {args.workers}; servers run by {args.python} on {args.loop} "
+          "(baseline targets: asyncio)")  # fmt: skip
     try:
         for target in targets:
-            if target in ("noop", "shell", "baseline-shell"):
+            name, loop = split_target(target, args.loop)
+            if name in ("noop", "shell", "baseline-shell"):
                 # The no-op runs as many processes as mpigate has workers (the shell: one).
-                count = args.workers if target == "noop" else 1
-                python = args.baseline if target == "baseline-shell" else args.python
-                procs = start_baseline(tmp, target, issued.tls_cert, issued.tls_key, count, python)
+                count = args.workers if name == "noop" else 1
+                python = args.baseline if name == "baseline-shell" else args.python
+                procs = start_baseline(tmp, target, issued.tls_cert, issued.tls_key, count, python, loop)
                 proc, port = procs[0]
                 extra = [p for p, _ in procs[1:]]
             else:
@@ -408,15 +451,16 @@ def main() -> None:
                     tmp,
                     issued.tls_cert,
                     issued.tls_key,
-                    audit=target.endswith("audit"),
+                    audit=name.endswith("audit"),
                     workers=args.workers,
-                    python=args.baseline if target == "baseline" else args.python,
+                    python=args.baseline if name == "baseline" else args.python,
+                    loop=None if name == "baseline" else loop,
                 )
                 if compiled is not None and target not in builds:
                     builds[target] = "compiled" if compiled else "pure Python"
             try:
                 if requests is None:
-                    if target in ("noop", "shell", "baseline-shell"):  # prepared through mpigate itself
+                    if name in ("noop", "shell", "baseline-shell"):  # prepared through mpigate itself
                         helper, hport, _ = start_mpigate(tmp, issued.tls_cert, issued.tls_key, audit=False)
                         requests = prepare_requests(f"https://localhost:{hport}", ca)
                         helper.send_signal(signal.SIGTERM)
@@ -439,14 +483,14 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     print()
-    head = f"{'target':<14} {'conc':>4} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>7}"
+    head = f"{'target':<16} {'conc':>4} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>7}"
     print(f"{head} {'server CPU µs/req':>18}")
     for target, rows in results.items():
         for row in rows:
             figures = f"{row['rps']:>8.0f} {row['p50']:>8.2f} {row['p95']:>8.2f} {row['p99']:>8.2f}"
-            print(f"{target:<14} {row['concurrency']:>4} {figures} {row['errors']:>7} {row['cpu_us']:>18.0f}")
+            print(f"{target:<16} {row['concurrency']:>4} {figures} {row['errors']:>7} {row['cpu_us']:>18.0f}")
             if row["first_error"]:
-                print(f"{'':<14} first error: {row['first_error']}")
+                print(f"{'':<16} first error: {row['first_error']}")
     if builds:
         print("mpigate build: " + ", ".join(f"{target} {build}" for target, build in builds.items()))
     averages = ", ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -467,6 +511,18 @@ def main() -> None:
                 f"the HTTP path (shell) at c={after['concurrency']}: {after['cpu_us']:.0f} µs "
                 f"(baseline {before['cpu_us']:.0f} µs, {after['cpu_us'] / before['cpu_us'] - 1:+.0%})"
             )
+    pairs = [
+        (t, f"{t.split('@')[0]}@asyncio") for t in results if "@" not in t and not t.startswith("baseline")
+    ]
+    pairs = [(t, other) for t, other in pairs if other in results and args.loop == "uvloop"]
+    if pairs:
+        print()
+        for target, other in pairs:
+            for fast, slow in zip(results[target], results[other], strict=True):
+                print(
+                    f"{target} at c={fast['concurrency']}: {fast['cpu_us']:.0f} µs on uvloop, "
+                    f"{slow['cpu_us']:.0f} µs on asyncio ({fast['cpu_us'] / slow['cpu_us'] - 1:+.0%})"
+                )
     if "noop" in results and "mpigate" in results:
         print()
         print("goals:")
@@ -497,9 +553,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "--noop-server":
-        run_noop(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
-    elif len(sys.argv) == 6 and sys.argv[1] == "--shell-server":
-        run_shell(sys.argv[2], sys.argv[3], sys.argv[4])
+    if len(sys.argv) == 7 and sys.argv[1] == "--noop-server":
+        run_noop(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6])
+    elif len(sys.argv) == 7 and sys.argv[1] == "--shell-server":
+        run_shell(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[6])
     else:
         main()
