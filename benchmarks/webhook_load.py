@@ -4,6 +4,8 @@ Targets, each a server in its own process on 127.0.0.1 with the same TLS setting
 
 - ``noop``: an aiohttp app that decodes the AdmissionReview and answers ``allowed`` (the
   floor: HTTP + TLS + JSON);
+- ``raw``: the no-op without aiohttp — a bare protocol under the loop's TLS, the same JSON decode
+  and answer (how much of the floor is the HTTP framework's; not a server to deploy);
 - ``shell``: mpigate's server exactly as ``mpigate serve`` runs it (aiohttp app, review decoding,
   request ids, JSON log line, metrics, deadline) with the policy engine replaced by one that
   allows everything — the floor of mpigate's own HTTP path, which splits the gap to the no-op
@@ -117,6 +119,51 @@ def run_noop(port_file: str, cert: str, key: str, port: int = 0, loop: str = "as
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         await stop.wait()
         await runner.cleanup()
+
+    run_on(loop, main())
+
+
+def run_raw(port_file: str, cert: str, key: str, port: int = 0, loop: str = "asyncio") -> None:
+    """The no-op without an HTTP framework: the loop's TLS under a bare ``asyncio.Protocol`` that
+    reads requests by their ``Content-Length`` (keep-alive, no chunking, no header checks), decodes
+    the JSON as the no-op does and writes the same answer — how much of the no-op's floor is
+    aiohttp's web layer. A measuring device, not a server: it trusts its client."""
+    from mpigate.admission.tls import server_context
+
+    class Raw(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport: Any = transport
+            self.buffer = b""
+
+        def data_received(self, data: bytes) -> None:
+            self.buffer += data
+            while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+                head = self.buffer[:end].lower()
+                at = head.find(b"content-length:") + 15
+                stop = head.find(b"\r\n", at)
+                length = int(head[at : stop if stop >= 0 else len(head)])
+                if len(self.buffer) < end + 4 + length:
+                    return
+                body, self.buffer = self.buffer[end + 4 : end + 4 + length], self.buffer[end + 4 + length :]
+                uid = json.loads(body)["request"]["uid"]
+                answer = json.dumps({
+                    "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "response": {"uid": uid, "allowed": True},
+                }).encode()  # fmt: skip
+                self.transport.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer)
+                )
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(
+            Raw, "127.0.0.1", port, ssl=server_context(Path(cert), Path(key)), reuse_port=True
+        )
+        Path(port_file).write_text(str(server.sockets[0].getsockname()[1]))
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        server.close()
 
     run_on(loop, main())
 
@@ -339,7 +386,8 @@ def start_baseline(
     """``count`` processes of the no-op or shell server on one port (the first picks it)."""
     started: list[tuple[subprocess.Popen[bytes], int]] = []
     port = 0
-    server = "shell" if target.partition("@")[0].endswith("shell") else "noop"
+    name = target.partition("@")[0]
+    server = "shell" if name.endswith("shell") else name
     for i in range(count):
         port_file = tmp / f"{target}-{i}.port"
         argv = [python, __file__, f"--{server}-server", str(port_file), str(cert), str(key), str(port), loop]
@@ -438,9 +486,9 @@ def main() -> None:
     try:
         for target in targets:
             name, loop = split_target(target, args.loop)
-            if name in ("noop", "shell", "baseline-shell"):
+            if name in ("noop", "raw", "shell", "baseline-shell"):
                 # The no-op runs as many processes as mpigate has workers (the shell: one).
-                count = args.workers if name == "noop" else 1
+                count = args.workers if name in ("noop", "raw") else 1
                 python = args.baseline if name == "baseline-shell" else args.python
                 procs = start_baseline(tmp, target, issued.tls_cert, issued.tls_key, count, python, loop)
                 proc, port = procs[0]
@@ -460,7 +508,7 @@ def main() -> None:
                     builds[target] = "compiled" if compiled else "pure Python"
             try:
                 if requests is None:
-                    if name in ("noop", "shell", "baseline-shell"):  # prepared through mpigate itself
+                    if name in ("noop", "raw", "shell", "baseline-shell"):  # prepared through mpigate itself
                         helper, hport, _ = start_mpigate(tmp, issued.tls_cert, issued.tls_key, audit=False)
                         requests = prepare_requests(f"https://localhost:{hport}", ca)
                         helper.send_signal(signal.SIGTERM)
@@ -555,6 +603,8 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 7 and sys.argv[1] == "--noop-server":
         run_noop(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6])
+    elif len(sys.argv) == 7 and sys.argv[1] == "--raw-server":
+        run_raw(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6])
     elif len(sys.argv) == 7 and sys.argv[1] == "--shell-server":
         run_shell(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[6])
     else:
