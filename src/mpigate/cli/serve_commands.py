@@ -402,10 +402,10 @@ def serve_command(
     # which build serves (docs/building.md): the mypyc-compiled engine or its pure-Python fallback
     built = compiled()
     log.info(
-        "mpigate %s starting (compiled: %s, loop: %s)",
+        "mpigate %s starting on %s (compiled: %s)",
         __version__,
-        "yes" if built else "no",
         loop_kind,
+        "yes" if built else "no",
         extra=fields(event="starting", version=__version__, compiled=built, loop=loop_kind),
     )
     if insecure_dev:
