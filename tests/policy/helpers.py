@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from mpigate.config import Config, load
+from mpigate.config import Config, check_tree, load
 from mpigate.policy import AdmissionInput, Decision, LiveContext, UserInfo, evaluate
 from tests.conftest import FIXTURES, REPO, TODAY
 
@@ -120,3 +121,31 @@ def runtime_patch(
 
 def ids(decision: Decision, *, denying: bool = False) -> set[str]:
     return {v.rule for v in decision.violations if v.denies or not denying}
+
+
+def custom_rule(
+    i: int, expression: str, *, target: str = "Pod", condition: bool = False, message: str = ""
+) -> str:
+    """A CustomRule document ``ACME-R<i>`` with one validation on ``target``; ``condition``: a match
+    condition, which keeps the rule out of the list program that judges rules together."""
+    conditions = "\n  matchConditions: [{name: always, expression: 'true'}]" if condition else ""
+    return f"""\
+apiVersion: mpigate.io/v1alpha1
+kind: CustomRule
+metadata: {{name: r{i}}}
+spec:
+  id: ACME-R{i}
+  title: rule {i}
+  match: {{targets: [{target}]}}{conditions}
+  validations:
+    - expression: {json.dumps(expression)}
+      message: {message or f"rule {i}"}
+"""
+
+
+def custom_config(tmp_path: Path, *docs: str) -> Config:
+    """The example org with ``docs`` (CustomRule documents) added, checked and loaded."""
+    root = org_tree(tmp_path / "org", {"policies/rules/custom.yaml": "---\n".join(docs)})
+    result = check_tree(root, today=TODAY)
+    assert result.ok, result.errors
+    return load(root, today=TODAY)

@@ -8,35 +8,9 @@ then holds other expressions than its rules (``[a // c, b, c\\n|| d]`` is the on
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from mpigate.config import Config, check_tree, load
-from tests.conftest import TODAY
-from tests.policy.helpers import decide, org_tree, runtime_patch, smoke_job
-
-
-def _rule(i: int, expression: str, target: str = "Pod") -> str:
-    return f"""\
-apiVersion: mpigate.io/v1alpha1
-kind: CustomRule
-metadata: {{name: r{i}}}
-spec:
-  id: ACME-R{i}
-  title: rule {i}
-  match: {{targets: [{target}]}}
-  validations:
-    - expression: {json.dumps(expression)}
-      message: rule {i} refuses it
-"""
-
-
-def _config(tmp_path: Path, *docs: str) -> Config:
-    root = org_tree(tmp_path / "org", {"policies/rules/custom.yaml": "---\n".join(docs)})
-    result = check_tree(root, today=TODAY)
-    assert result.ok, result.errors
-    return load(root, today=TODAY)
-
+from tests.policy.helpers import custom_config, custom_rule, decide, runtime_patch, smoke_job
 
 # rule 1 is the victim: it refuses a container running as root; the rules around it are harmless,
 # written as people write them (a trailing comment; an expression broken over lines in YAML)
@@ -53,7 +27,9 @@ def _root_job() -> dict[str, object]:
 
 
 def test_a_trailing_comment_does_not_swallow_the_rules_after_it(tmp_path: Path) -> None:
-    config = _config(tmp_path, *(_rule(i, e) for i, e in enumerate(_AROUND)))
+    config = custom_config(
+        tmp_path, *(custom_rule(i, e, message=f"rule {i} refuses it") for i, e in enumerate(_AROUND))
+    )
     decision = decide(config, _root_job())
     refusing = {v.rule for v in decision.violations}
     assert "ACME-R1" in refusing, decision.violations
@@ -69,7 +45,7 @@ def test_the_job_rules_are_joined_as_safely(tmp_path: Path) -> None:
         "object.metadata.?labels.orValue({}).size() < 0",  # refuses every job
         "true\n|| false",
     )
-    config = _config(tmp_path, *(_rule(i, e, "TrainJob") for i, e in enumerate(rules)))
+    config = custom_config(tmp_path, *(custom_rule(i, e, target="TrainJob") for i, e in enumerate(rules)))
     decision = decide(config, smoke_job())
     assert {v.rule for v in decision.violations} & {"ACME-R0", "ACME-R1", "ACME-R2"} == {"ACME-R1"}
 
@@ -90,6 +66,6 @@ spec:
     - expression: "variables.users.all(u, u != 0) // no root"
       message: no root
 """
-    config = _config(tmp_path, doc)
+    config = custom_config(tmp_path, doc)
     decision = decide(config, _root_job())
     assert "ACME-COMMENTED" in {v.rule for v in decision.violations}, decision.violations

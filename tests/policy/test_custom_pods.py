@@ -12,34 +12,10 @@ from typing import Any
 import pytest
 
 from mpigate.cel.env import EvalError, Program
-from mpigate.config import Config, check_tree, load
+from mpigate.config import Config, check_tree
 from mpigate.policy.custom_compiled import EACH_POD
 from tests.conftest import TODAY
-from tests.policy.helpers import decide, org_tree, runtime_patch, smoke_job
-
-
-def _rule(i: int, expression: str, *, condition: bool = False, message: str = "") -> str:
-    # a match condition keeps a rule out of the list program: it is judged on its own
-    conditions = "\n  matchConditions: [{name: always, expression: 'true'}]" if condition else ""
-    return f"""\
-apiVersion: mpigate.io/v1alpha1
-kind: CustomRule
-metadata: {{name: r{i}}}
-spec:
-  id: ACME-R{i}
-  title: rule {i}
-  match: {{targets: [Pod]}}{conditions}
-  validations:
-    - expression: {expression!r}
-      message: {message or f"rule {i}"}
-"""
-
-
-def _config(tmp_path: Path, *docs: str) -> Config:
-    root = org_tree(tmp_path / "org", {"policies/rules/custom.yaml": "---\n".join(docs)})
-    result = check_tree(root, today=TODAY)
-    assert result.ok, result.errors
-    return load(root, today=TODAY)
+from tests.policy.helpers import custom_config, custom_rule, decide, org_tree, runtime_patch, smoke_job
 
 
 def _joint_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
@@ -101,7 +77,7 @@ def test_the_budget_runs_out_at_the_same_rule_of_the_same_pod(
     # eight rules in the list program, four judged on their own after it, on each of two pods whose
     # env grows: the request's budget first suffices, then runs out at ever earlier rules of the
     # second pod (whose list was evaluated with the first's), then the joint call is not made
-    config = _config(tmp_path, *(_rule(i, _CUBIC, condition=i % 3 == 2) for i in range(12)))
+    config = custom_config(tmp_path, *(custom_rule(i, _CUBIC, condition=i % 3 == 2) for i in range(12)))
     calls = _joint_calls(monkeypatch)
     out_of_budget: list[int] = []
     for n in range(16, 32, 2):
@@ -120,10 +96,10 @@ def test_an_error_in_one_pods_list_leaves_each_pod_to_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the launcher's container has no ports (an error there), the node's runs as root (a violation)
-    config = _config(
+    config = custom_config(
         tmp_path,
-        _rule(0, "object.spec.containers.all(c, c.ports[0].containerPort > 0)"),
-        _rule(1, "object.spec.containers.all(c, c.?securityContext.?runAsUser.orValue(1000) != 0)"),
+        custom_rule(0, "object.spec.containers.all(c, c.ports[0].containerPort > 0)"),
+        custom_rule(1, "object.spec.containers.all(c, c.?securityContext.?runAsUser.orValue(1000) != 0)"),
     )
     root = {"name": "node", "securityContext": {"runAsUser": 0}, "ports": [{"containerPort": 2222}]}
     job = smoke_job(runtime_patch("acme.example/root", "node", {"containers": [root]}))
@@ -137,10 +113,10 @@ def test_an_error_in_one_pods_list_leaves_each_pod_to_its_own(
 
 
 def test_each_pod_sees_its_own_replicated_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = _config(
+    config = custom_config(
         tmp_path,
-        _rule(0, "replicatedJob.name != 'node'", message="not on node"),
-        _rule(1, "object.spec.containers.all(c, c.name != '')"),
+        custom_rule(0, "replicatedJob.name != 'node'", message="not on node"),
+        custom_rule(1, "object.spec.containers.all(c, c.name != '')"),
     )
     calls = _joint_calls(monkeypatch)
     together, alone = _both(config, smoke_job(), calls)
@@ -152,14 +128,14 @@ def test_each_pod_sees_its_own_replicated_job(tmp_path: Path, monkeypatch: pytes
 
 def test_no_rule_reads_the_list_of_pods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the joint call's own variable is undeclared where a rule compiles: check refuses it
-    reading = _rule(0, f"size({EACH_POD}) < 2")
+    reading = custom_rule(0, f"size({EACH_POD}) < 2")
     root = org_tree(tmp_path / "refused", {"policies/rules/custom.yaml": reading})
     assert "cel.compile" in {p.code for p in check_tree(root, today=TODAY).errors}
     # a rule's own comprehension variable of that name is its own
-    config = _config(
+    config = custom_config(
         tmp_path,
-        _rule(0, f"object.spec.containers.all({EACH_POD}, {EACH_POD}.name != 'node')"),
-        _rule(1, "object.spec.containers.all(c, has(c.image))"),
+        custom_rule(0, f"object.spec.containers.all({EACH_POD}, {EACH_POD}.name != 'node')"),
+        custom_rule(1, "object.spec.containers.all(c, has(c.image))"),
     )
     calls = _joint_calls(monkeypatch)
     together, alone = _both(config, smoke_job(), calls)
@@ -173,14 +149,14 @@ def test_pods_judged_by_different_rules_are_judged_in_one_call(
 ) -> None:
     # a rule for the node pods only: the launcher's and the node's list programs differ, and both
     # are mapped over their own pods in the same call
-    node_only = _rule(0, "object.spec.containers.all(c, c.name != 'node')").replace(
+    node_only = custom_rule(0, "object.spec.containers.all(c, c.name != 'node')").replace(
         "match: {targets: [Pod]}", "match: {targets: [Pod], replicatedJobs: [node]}"
     )
-    config = _config(
+    config = custom_config(
         tmp_path,
         node_only,
-        _rule(1, "object.spec.containers.all(c, has(c.image))"),
-        _rule(3, "object.spec.containers.all(c, c.name == '')"),
+        custom_rule(1, "object.spec.containers.all(c, has(c.image))"),
+        custom_rule(3, "object.spec.containers.all(c, c.name == '')"),
     )
     calls = _joint_calls(monkeypatch)
     together, alone = _both(config, smoke_job(), calls)
