@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import kmock as kmock_lib
@@ -79,12 +80,16 @@ async def test_runs_from_a_kubeconfig_and_stops_on_sigterm(
             for r in kmock["post", "/apis/networking.k8s.io/v1/namespaces/nlp-team/networkpolicies"]
         }
         assert auth == {"Bearer s3cr3t-token"}  # kopf's watch and the controller's create
+        signalled = time.monotonic()
         process.send_signal(signal.SIGTERM)
         output, _ = await asyncio.wait_for(process.communicate(), 120)
+        # a rolling update waits on it: kopf's 5 s for tasks left in its loop made it 5 s and more
+        stopped_in = time.monotonic() - signalled
     finally:
         if process.returncode is None:
             process.kill()
             await process.wait()
     assert process.returncode == 0, output.decode()[-3000:]
+    assert stopped_in < 3, f"SIGTERM took {stopped_in:.1f} s to end the process"
     assert alive(kmock, *LEASE)["spec"].get("holderIdentity") is None  # released for the standby
     assert b"released lease mpigate-system/mpigate-controller" in output

@@ -4,6 +4,7 @@ created and repaired, lifecycle and evidence records in a real audit trail, Even
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import kmock as kmock_lib
+import kopf
 import pytest
 import pytest_asyncio
 from tests.conftest import REPO, TODAY
@@ -20,6 +22,8 @@ from tests.controller.kube import MPIJ, NP, PODS, TJ, Api, alive, declare, event
 from mpigate.admission.kube import KubeConfig
 from mpigate.audit import KeyRing, generate_key, read_chains
 from mpigate.config import load
+from mpigate.controller import runner
+from mpigate.controller.handlers import build_registry
 from mpigate.controller.leader import LeaseSettings
 from mpigate.controller.metrics import ControllerMetrics
 from mpigate.controller.runner import ControllerOptions, run_controller
@@ -684,6 +688,50 @@ async def test_a_leader_that_loses_its_lease_stops(
     )
     assert await asyncio.wait_for(controller.task, 60) == 1
     assert controller.metric("mpigate_controller_leader") == 0
+
+
+async def test_a_stop_ends_the_controller_at_once(
+    kmock: kmock_lib.KubernetesEmulator, api: Api, controller: Controller
+) -> None:
+    """A stop (SIGTERM sets this event in ``mpigate controller``) ends a controller whose handlers
+    and background loops ran within a moment — not after kopf's 5 s for the tasks it finds still
+    running in its loop once its own have stopped (kopf/_core/reactor/running.py, run_tasks): a
+    rolling update and a handover to a standby wait on it. 3 s bounds a busy machine; the stop
+    took 5 s and more every time while the background audit's wait was such a task."""
+    await api.create(TJ, "nlp-team", trainjob("minimal", uid="uid-min"))
+    await wait_for(lambda: alive(kmock, NP, "nlp-team", "mpigate-trainjob.minimal"), what="a handled job")
+    began = time.monotonic()
+    assert await controller.shutdown() == 0
+    elapsed = time.monotonic() - began
+    assert elapsed < 3, f"the controller took {elapsed:.1f} s to stop"
+    lease = alive(kmock, "coordination.k8s.io/v1/leases", "mpigate-system", "mpigate-controller")
+    assert not lease["spec"].get("holderIdentity")  # released for a standby
+
+
+async def test_a_kopf_that_stops_by_itself_ends_the_controller(
+    kmock: kmock_lib.KubernetesEmulator,
+    api: Api,
+    tmp_path: Path,
+    key_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf ending on its own ends the controller (exit 1: restart as a candidate), never a process
+    that holds the Lease with nothing watching. kopf stops here as it does when an activity fails
+    for good (a startup handler that refuses)."""
+
+    def refusing_registry(*args: Any, **kwargs: Any) -> kopf.OperatorRegistry:
+        registry = build_registry(*args, **kwargs)
+
+        @kopf.on.startup(registry=registry)
+        async def refuse(**_: Any) -> None:
+            raise kopf.PermanentError("refused by the test")
+
+        return registry
+
+    monkeypatch.setattr(runner, "build_registry", refusing_registry)
+    running = start(options_for(kmock, tmp_path, key_file))
+    assert await asyncio.wait_for(running.task, 60) == 1
+    assert running.metric("mpigate_controller_leader") == 0
 
 
 async def test_a_config_that_does_not_load_is_fatal_at_startup(

@@ -18,7 +18,7 @@ import signal
 import socket
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -285,7 +285,8 @@ class _KopfThread(threading.Thread):
 
     kopf cancels, when it stops, every task of its loop that appeared while it ran ("hung
     tasks"); in a loop of its own that cannot hit the metrics server, the Lease renewal or an
-    embedding application's tasks. The thread ends when ``stop_flag`` is set or kopf fails."""
+    embedding application's tasks. The thread ends after :meth:`request_stop` or when kopf ends
+    by itself."""
 
     def __init__(
         self,
@@ -302,11 +303,25 @@ class _KopfThread(threading.Thread):
         self.recorder = recorder
         self.metrics = metrics
         self.sealer = sealer
-        self.stop_flag = threading.Event()
-        #: Set before ``stop_flag`` when the process stops cleanly (False: the Lease was lost and
-        #: another replica may already lead, so the ledger is left to it).
+        #: Set by :meth:`request_stop`: True when the process stops cleanly (False: the Lease was
+        #: lost and another replica may already lead, so the ledger is left to it).
         self.graceful = False
         self._done = done
+        self._lock = threading.Lock()
+        self._stop_requested = False
+        self._wake: Callable[[], None] | None = None  # ends kopf: set by _main in kopf's loop
+
+    def request_stop(self, *, graceful: bool) -> None:
+        """Stop kopf (from any thread; before the thread runs too). kopf is told in its own loop,
+        not through a flag that a worker thread of that loop waits on: asyncio.run waits for its
+        worker threads, so such a flag that nobody set kept the thread from ever ending when kopf
+        ended by itself."""
+        with self._lock:
+            self.graceful = graceful
+            self._stop_requested = True
+            wake = self._wake
+        if wake is not None:
+            wake()
 
     def run(self) -> None:
         error: BaseException | None = None
@@ -318,6 +333,17 @@ class _KopfThread(threading.Thread):
 
     async def _main(self) -> None:
         options, store, metrics = self.options, self.store, self.metrics
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: kopf has ended already
+                loop.call_soon_threadsafe(stopping.set)
+
+        with self._lock:
+            self._wake = wake
+            if self._stop_requested:
+                stopping.set()
         client = KubeClient(options.kube, user_agent="mpigate-controller", request_timeout=30.0)
         api = ControllerApi(client)
 
@@ -404,7 +430,9 @@ class _KopfThread(threading.Thread):
         except Exception:  # the resync looks for them again; never fatal
             log.exception("closing jobs deleted while the controller was down failed")
 
-        # Created before kopf starts, so that kopf does not count them among its own tasks.
+        # Created before kopf starts, so that kopf does not count them among its own tasks; the
+        # tasks they create meanwhile (asyncio.wait_for's on Python 3.11) it would: they are
+        # stopped with kopf's root tasks, before kopf looks for tasks left running.
         background = [
             asyncio.create_task(_every(options.reload_seconds, reload, "config reload"), name="reload"),
             asyncio.create_task(_every(options.resync_seconds, resync, "resync"), name="resync"),
@@ -416,26 +444,49 @@ class _KopfThread(threading.Thread):
                     _every(options.ledger_seconds, reconciler.save_ledger, "ledger write"), name="ledger"
                 )
             )
+
+        async def until_stopped() -> None:
+            """One of kopf's root tasks: it ends kopf when a stop is requested (kopf stops all of
+            them when one ends) and stops the controller's own loops when it ends, or when kopf
+            ends by itself and cancels it."""
+            try:
+                await stopping.wait()
+            finally:
+                await _stop_tasks(background)
+
+        settings = build_settings(watch_timeout=options.watch_timeout, kinds=tuple(reconciler.kinds.values()))
+        # kopf would SIGKILL the process 10 minutes after a stop it was not told of by its own
+        # stop flag; _lead bounds every stop instead (5 s or 30 s, the thread is a daemon).
+        settings.process.ultimate_exiting_timeout = None
         try:
-            await kopf.operator(
+            # kopf.operator() as kopf's docs/embedding.rst ("Manual orchestration") spells it out,
+            # with one more root task and no stop flag: kopf/_core/reactor/running.py operator()
+            # waits on a stop flag in a task of its own that it leaves running when it ends by
+            # itself (stop_flag_checker), then gives such tasks 5 s (run_tasks).
+            existing = asyncio.all_tasks()
+            root_tasks = await kopf.spawn_tasks(
                 registry=build_registry(reconciler, login=lambda **_: connection_info(options.kube)),
-                settings=build_settings(
-                    watch_timeout=options.watch_timeout, kinds=tuple(reconciler.kinds.values())
-                ),
+                settings=settings,
                 clusterwide=True,
                 standalone=True,  # no kopf peering: the Lease decides who runs
-                stop_flag=self.stop_flag,
             )
+            stopper = asyncio.create_task(until_stopped(), name="mpigate stop")
+            await kopf.run_tasks([*root_tasks, stopper], ignored=existing)
         finally:
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            await _stop_tasks(background)
             if ledger is not None and self.graceful:
                 try:  # what the next leader needs, confirmed until now
                     await reconciler.save_ledger()
                 except Exception:
                     log.exception("writing the ledger when stopping failed")
             await client.close()
+
+
+async def _stop_tasks(tasks: Collection[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait until they and what they wait on have ended."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _lead(
@@ -481,8 +532,7 @@ async def _lead(
                 log.error("kopf stopped by itself")
             code = ExitCode.FAILED
     finally:
-        thread.graceful = code == ExitCode.OK
-        thread.stop_flag.set()
+        thread.request_stop(graceful=code == ExitCode.OK)
         for name, waiting in waits.items():
             if name != "kopf":
                 waiting.cancel()
