@@ -23,6 +23,7 @@ COMPILED = (
     "mpigate.policy",
     "mpigate.catalogue",
     "mpigate.admission.review",
+    "mpigate.admission.fastpath",
     "mpigate.admission.logjson",
     "mpigate.admission.service",
     "mpigate.admission.metrics",

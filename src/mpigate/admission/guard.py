@@ -83,6 +83,7 @@ from typing import Any, Final
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from .fastpath import ReviewConnection, ReviewRoutes
 from .logjson import fields
 from .metrics import Metrics
 
@@ -285,7 +286,7 @@ class _Slot:
         self.started = False  # it has a task: the socket belongs to the task and its transport
         self.aborted = False
         self.transport: asyncio.Transport | None = None
-        self.handler: _GuardedHandler | None = None
+        self.handler: _GuardedHandler | ReviewConnection | None = None
 
     def gone(self) -> bool:
         """Whether it was closed (read again after each ``await``)."""
@@ -413,8 +414,12 @@ class GuardedSite(web.BaseSite):
         ssl_context: ssl.SSLContext | None = None,
         backlog: int = 1024,
         reuse_port: bool = False,
+        routes: ReviewRoutes | None = None,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
+        # reviews answered by the fast path (fastpath.py), everything else by aiohttp; None: all
+        # by aiohttp
+        self._routes = routes
         self._host = host
         self._port = port
         self._reuse_port = reuse_port
@@ -440,6 +445,8 @@ class GuardedSite(web.BaseSite):
         # from accept to the end of the TLS handshake; from a request's first byte to its headers
         self._handshakes = _Deadlines(limits.handshake_timeout, self._handshake_late)
         self._headers = _Deadlines(limits.header_timeout, self._headers_late)
+        # idle kept-alive fast connections (aiohttp's own handler keeps its own keep-alive timer)
+        self._idle = _Deadlines(limits.keepalive_timeout, self._idle_late)
 
     @property
     def name(self) -> str:
@@ -495,6 +502,7 @@ class GuardedSite(web.BaseSite):
         self._queued = 0
         self._handshakes.close()
         self._headers.close()
+        self._idle.close()
         for slow in list(self._slow.values()):
             for slot in list(slow):
                 if not slot.started:  # no task or transport yet: nothing else will close it
@@ -781,8 +789,66 @@ class GuardedSite(web.BaseSite):
         if slot.handler is not None and not slot.released:
             slot.handler.headers_late()
 
+    def _idle_late(self, slot: _Slot) -> None:
+        if isinstance(slot.handler, ReviewConnection) and not slot.released:
+            slot.handler.idle_late()
+
     def _handshaken(self, slot: _Slot) -> None:
         self._handshakes.stop(slot)
+
+    # -- what a fast connection tells the site (fastpath.Guard) --------------------------------
+
+    def handshaken(self, slot: _Slot) -> None:
+        self._handshakes.stop(slot)
+
+    def awaiting_headers(self, slot: _Slot) -> None:
+        self._headers.start(slot, time.monotonic())
+
+    def headers_in(self, slot: _Slot) -> None:
+        self._headers.stop(slot)
+
+    def request_in(self, slot: _Slot) -> None:
+        self._busy(slot)
+
+    def answered(self, slot: _Slot) -> None:
+        self._slow_since_now(slot)
+
+    def idle(self, slot: _Slot) -> None:
+        if not slot.released:
+            self._idle.start(slot, time.monotonic())
+
+    def not_idle(self, slot: _Slot) -> None:
+        self._idle.stop(slot)
+
+    def released(self, slot: _Slot) -> None:
+        self._release(slot)
+
+    def timed_out(self, phase: str, client: str) -> None:
+        self._timed_out(phase, client)
+
+    def fallback(self, slot: _Slot) -> asyncio.Protocol:
+        """aiohttp's protocol for ``slot``, which a fast connection hands itself over to."""
+        handler = self._handler(slot)
+        slot.handler = handler
+        return handler
+
+    def register(self, connection: Any, transport: asyncio.BaseTransport) -> None:
+        """Count ``connection`` among aiohttp's, so that a graceful shutdown closes it when idle
+        and waits for its review in progress (aiohttp: ``Server.pre_shutdown``, ``shutdown``)."""
+        server = self._runner.server
+        if server is not None:
+            server.connection_made(connection, transport)  # type: ignore[arg-type]
+
+    def unregister(self, connection: Any) -> None:
+        server = self._runner.server
+        if server is not None:
+            server._connections.pop(connection, None)
+
+    def _handler(self, slot: _Slot) -> _GuardedHandler:
+        server = self._runner.server
+        assert server is not None
+        kwargs = {**server._kwargs, "loop": asyncio.get_running_loop()}  # as aiohttp's Server.__call__
+        return _GuardedHandler(server, site=self, slot=slot, **kwargs)
 
     async def _connect(self, conn: socket.socket, slot: _Slot) -> None:
         """Serve ``conn``: aiohttp's protocol, behind TLS when the site has a context. What
@@ -794,16 +860,17 @@ class GuardedSite(web.BaseSite):
         eviction). Given ``ssl=``, uvloop's would return only after the handshake, and close —
         not abort — a connection whose handshake failed."""
         loop = asyncio.get_running_loop()
-        server = self._runner.server
-        assert server is not None
-        kwargs = {**server._kwargs, "loop": loop}  # what aiohttp's Server.__call__ passes
         if slot.gone():  # closed before its task ran
             conn.close()
             return
-        handler = _GuardedHandler(server, site=self, slot=slot, **kwargs)
+        handler: _GuardedHandler | ReviewConnection
+        if self._routes is not None:
+            handler = ReviewConnection(self._routes, self, slot)
+        else:
+            handler = self._handler(slot)
         slot.handler = handler
         waiter: asyncio.Future[None] | None = None
-        protocol: asyncio.BaseProtocol = handler
+        protocol: asyncio.BaseProtocol = handler  # type: ignore[assignment]
         if self._ssl_context is not None:
             waiter = loop.create_future()
             protocol = tls_protocol_for(loop)(
@@ -881,6 +948,7 @@ class GuardedSite(web.BaseSite):
         slot.released = True
         self._handshakes.stop(slot)
         self._headers.stop(slot)
+        self._idle.stop(slot)
         self._busy(slot)
         self._open -= 1
         self._per_client[slot.client] -= 1

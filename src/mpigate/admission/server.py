@@ -11,11 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import itertools
 import logging
 import os
-import re
-import secrets
 import signal
 import ssl
 from collections.abc import Awaitable, Callable
@@ -27,6 +24,7 @@ from typing import Any, Final
 from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from .fastpath import REQUEST_ID_HEADER, RequestIds, ReviewRoutes, bad_request, client_gone, request_id_for
 from .guard import (
     ConnectionLimits,
     GuardedSite,
@@ -55,20 +53,6 @@ log = logging.getLogger("mpigate.admission.server")
 # The API server caps request bodies at 3 MiB (etcd's object limit is 1.5 MiB; an
 # AdmissionReview of an UPDATE carries the object twice).
 DEFAULT_MAX_BODY: Final = 3 * 1024 * 1024
-REQUEST_ID_HEADER: Final = "X-Request-Id"
-_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
-
-
-class RequestIds:
-    """Request ids: a random 32-bit per-process prefix and a counter (distinct across restarts and
-    ``--workers`` processes in practice, without the ``os.urandom`` call of a UUID per request)."""
-
-    def __init__(self) -> None:
-        self._prefix = secrets.token_hex(4)
-        self._next = itertools.count(1)
-
-    def new(self) -> str:
-        return f"{self._prefix}{next(self._next):08x}"
 
 
 SERVICE_KEY: Final = web.AppKey("service", AdmissionService)
@@ -88,8 +72,7 @@ def _json(body: dict[str, Any], status: int = 200) -> web.Response:
 async def _request_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    incoming = request.headers.get(REQUEST_ID_HEADER, "")
-    request_id = incoming if incoming and _SAFE_ID.match(incoming) else request.app[REQUEST_IDS_KEY].new()
+    request_id = request_id_for(request.headers.get(REQUEST_ID_HEADER), request.app[REQUEST_IDS_KEY])
     request[REQUEST_ID_KEY] = request_id
     request_started(request)
     if request.method != "POST":
@@ -108,22 +91,18 @@ async def _request_middleware(
 
 
 def _bad(request: web.Request, stage: str, status: int, message: str, reason: str) -> web.Response:
-    service = request.app[SERVICE_KEY]
-    request_id = request[REQUEST_ID_KEY]
-    service.metrics.bad_requests.labels(stage, reason).inc()
-    request.app[BAD_LOG_KEY].log(
-        logging.WARNING,
-        reason,
-        "%s: %s",
+    app = request.app
+    code, body = bad_request(
+        app[SERVICE_KEY],
+        app[BAD_LOG_KEY],
         request.path,
+        stage,
+        request[REQUEST_ID_KEY],
+        status,
         message,
-        event="bad_request",
-        request_id=request_id,
-        status=status,
-        reason=reason,
-        stage=stage,
+        reason,
     )
-    return _json(status_body(status, f"{message} (request id {request_id})"), status)
+    return _json(body, code)
 
 
 # aiohttp's payload parser decodes these (and passes any other coding through undecoded, which
@@ -141,15 +120,6 @@ def _root_cause(exc: BaseException) -> str:
     while exc.__cause__ is not None or exc.__context__ is not None:
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     return str(exc.message if isinstance(exc, HttpProcessingError) else exc).strip()
-
-
-def _client_gone(request: web.Request, stage: str) -> None:
-    request.app[SERVICE_KEY].metrics.bad_requests.labels(stage, "client-disconnected").inc()
-    log.debug(
-        "%s: the client disconnected before sending the whole body",
-        request.path,
-        extra=fields(event="client_disconnected", request_id=request[REQUEST_ID_KEY], stage=stage),
-    )
 
 
 def _review_handler(stage: Stage) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -203,7 +173,7 @@ def _review_handler(stage: Stage) -> Callable[[web.Request], Awaitable[web.Strea
             what = f"the {coding} body" if coding != "identity" else "the body"
             return _bad(request, stage, 400, f"cannot decode {what}: {_root_cause(exc)}", "bad-body")
         except ConnectionError:  # the client went away mid-body: nobody to answer
-            _client_gone(request, stage)
+            client_gone(request.app[SERVICE_KEY], request.path, request[REQUEST_ID_KEY], stage)
             return web.Response(status=400)
         body_received(request)
         reply = await service.review(stage, body, request[REQUEST_ID_KEY])
@@ -367,6 +337,13 @@ class WebhookServer:
             ssl_context=self.ssl_context,
             backlog=1024,
             reuse_port=self.options.reuse_port,
+            routes=ReviewRoutes(
+                self.service,
+                max_body=self.options.max_body,
+                body_timeout=self.options.limits.body_timeout,
+                request_ids=self.app[REQUEST_IDS_KEY],
+                bad_log=self.app[BAD_LOG_KEY],
+            ),
         )
         await self.site.start()
         self.port = self.site.port
