@@ -160,6 +160,16 @@ async def test_a_head_and_body_in_pieces_and_pipelined_reviews_are_answered_in_o
     assert "fallback" not in guard.calls
 
 
+async def test_reading_pauses_while_pipelined_requests_pile_up_behind_a_review() -> None:
+    conn, transport, _ = await connection()
+    conn.data_received(request())  # being judged (its task has not run yet)
+    count = 65536 // len(request()) + 2
+    conn.data_received(request() * count)
+    assert not transport.reading  # more than 64 KiB wait behind it: the rest stays in the kernel
+    await wait_for(lambda: len(answers(transport.written)) == count + 1)
+    assert transport.reading
+
+
 HANDED_OVER = {
     "GET /readyz": b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n",
     "unknown path": request(path="/validate/"),

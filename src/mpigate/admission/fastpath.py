@@ -28,8 +28,8 @@ request's first byte, the body deadline (``body_timeout``) from its headers — 
 closed as the review handler answers it —, and the keep-alive timeout for an idle connection.
 A review runs in a task of its own, as aiohttp's handler runs it, so that a client that goes away
 does not cancel a review half-way through its audit record. Requests a client sends before its
-answer (pipelining) wait in the buffer and are answered in order; reading pauses while they
-exceed one more request's worth.
+answer (pipelining) wait in the buffer and are answered in order; while a review is judged,
+reading pauses once 64 KiB of them are in.
 """
 
 from __future__ import annotations
@@ -246,8 +246,8 @@ class ReviewConnection:
         self._buffer += data
         if self._answering is None:
             self._serve()
-        elif len(self._buffer) > self._routes.max_body + _MAX_HEAD and not self._paused:
-            self._pause()
+        elif len(self._buffer) > _MAX_HEAD and not self._paused:
+            self._pause()  # pipelined requests wait in the kernel, not here
 
     def eof_received(self) -> bool:
         return False  # close: a half-closed client gets no more answers (as aiohttp)
