@@ -102,3 +102,23 @@ def test_module_entry_point_runs_as_a_singleton() -> None:
     assert (data["verdict"], data["size"]) == ("PASS", 1)
     statuses = {c["name"]: c["status"] for c in data["ranks"][0]["checks"]}
     assert statuses == {"allreduce": "pass", "ring": "skip", "pingpong": "skip", "ports": "skip"}
+
+
+@pytest.mark.mpi
+@pytest.mark.usefixtures("openmpi")
+def test_a_rank_imports_no_config_loader() -> None:
+    """Every rank of every preflight runs ``python -m mpigate.preflight`` and none loads a config
+    tree: the loader with its schemas and the CEL environment (0.2 s of CPU per rank) stay out."""
+    env, _ = launch_environment(None, transport="tcp")
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "mpigate.preflight", "-o", "json", "--sizes", "8"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["verdict"] == "PASS"
+    imported = {
+        line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")
+    }
+    assert "mpi4py.MPI" in imported and "mpigate.preflight.checks" in imported  # the rank's own
+    heavy = {"mpigate.config.loader", "mpigate.config.crossfile", "mpigate.cel", "jsonschema"}
+    assert imported & heavy == set()

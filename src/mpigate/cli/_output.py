@@ -10,7 +10,7 @@ from typing import Any
 import click
 import yaml
 
-from mpigate.config import Problem, Severity, is_config_tree
+from mpigate.config import Problem, Severity
 
 __all__ = [
     "OUTPUT_OPTION",
@@ -63,6 +63,8 @@ def echo_config_failure(path: Path, problems: Sequence[Problem], *, point_at: st
     at all gets one line saying so (the kinds it lacks would only be noise) plus any problems in its
     files, which may be the reason its OrgPolicy was not recognised.
     """
+    from mpigate.config import is_config_tree  # the loader: not for commands that never load a tree
+
     if is_config_tree(problems):
         echo_problems(problems, err=True)
         errors = sum(1 for p in problems if p.severity is Severity.ERROR)

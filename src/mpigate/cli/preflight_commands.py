@@ -9,7 +9,7 @@ from typing import Literal
 
 import click
 
-from mpigate.config import Config, ConfigError, load
+from mpigate.config import Config, ConfigError
 from mpigate.config.model import NetworkProfile
 from mpigate.config.mpienv import DEFAULT_IMPLEMENTATION, IMPLEMENTATIONS, PINNED_ENV_NAMES, Implementation
 from mpigate.preflight import (
@@ -66,6 +66,10 @@ def _port_base(value: str | None) -> int | Literal["auto"] | None:
 
 
 def _load(path: Path) -> Config:
+    # Imported here: every MPI rank runs this module (python -m mpigate.preflight) and none loads a
+    # tree; the loader, its schemas and the CEL environment cost each rank 0.2 s of CPU.
+    from mpigate.config import load
+
     try:
         return load(path)
     except ConfigError as exc:
