@@ -227,7 +227,9 @@ def test_a_hung_job_is_killed_with_all_its_processes(pinned: NetworkProfile) -> 
 
 
 def _assert_gone(processes: Mapping[int, str]) -> None:
-    deadline = time.monotonic() + 30  # SIGKILL takes effect at once; ranks left alone would live 10 min
+    # SIGKILL takes effect at once. (Open MPI 4's ranks also end soon after mpirun alone is killed:
+    # their lifeline to it breaks. This test passes with mpirun alone killed too.)
+    deadline = time.monotonic() + 30
     while (alive := [pid for pid in processes if _running(pid)]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert alive == [], {pid: processes[pid] for pid in alive}
