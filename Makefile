@@ -15,8 +15,10 @@ STAMP := $(VENV)/.mpigate-installed
 # /usr/bin/mpiexec.hydra, never plain mpirun.
 DEB_PACKAGES ?= git openmpi-bin libopenmpi-dev mpich iproute2 chromium gcc python3-dev
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test` (auto: one per core; 0 runs the suite in one process).
-PYTEST_WORKERS ?= auto
+# pytest-xdist workers for `make test`: one more than the cores — the workers spend much of their time
+# waiting (servers, subprocesses, MPI runs taking turns); on 2 cores 3 workers ran the pure suite in
+# 393 s where 2 took 421 s and 516 s (back to back, load 3.4-6; docs/building.md). 0: one process.
+PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 # The mypyc-compiled build (docs/building.md): a wheel built with the mypyc hook, installed
 # non-editable into a second venv; `make test` runs the engine's tests against it as well.
 CVENV ?= .venv-compiled
