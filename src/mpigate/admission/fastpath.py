@@ -2,8 +2,10 @@
 
 What the API server sends a webhook is always the same shape of request: ``POST /validate`` (or
 ``/mutate``) with a ``?timeout=`` query, ``Content-Type: application/json``, a ``Content-Length``
-and the review, on a kept-alive TLS connection (Go's ``net/http`` client:
-``src/net/http/transfer.go`` writes a known length as ``Content-Length``, never chunked).
+and the review, on a kept-alive TLS connection (k8s.io/apiserver:
+``pkg/admission/plugin/webhook/validating/dispatcher.go`` ``client.Post().Body(request)`` with the
+deadline as ``timeout``, ``pkg/util/webhook/client.go`` content type ``runtime.ContentTypeJSON``;
+Go's ``net/http``, ``src/net/http/transfer.go``, writes a known length as ``Content-Length``).
 aiohttp's web layer — request and response objects, its stream reader, the router, the middleware
 and its writer, all interpreted — cost about as much CPU per review as the rest of the HTTP path
 together (docs/webhook.md, "Performance"). :class:`ReviewConnection` serves exactly that shape
