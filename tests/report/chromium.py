@@ -12,7 +12,9 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -134,6 +136,7 @@ async def _browser(binary: str, profile: Path) -> AsyncIterator[int]:
         [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its zygote, renderers and crashpad handler in a group of their own
     )
     try:
         port_file = profile / "DevToolsActivePort"
@@ -149,12 +152,45 @@ async def _browser(binary: str, profile: Path) -> AsyncIterator[int]:
             await asyncio.sleep(0.05)
         yield port
     finally:
-        process.terminate()
+        stop_group(process)
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``, from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            state, _ppid, pgrp = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        if int(pgrp) == pgid and state != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def stop_group(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Stop the browser and every process it started, and return only once they are all gone.
+
+    Terminating the browser alone left its children (zygote, renderers, the crashpad handler)
+    running for a moment, still writing into the profile: the profile's removal then failed now
+    and then with "Directory not empty: 'Default'" on a loaded machine."""
+    pgid = process.pid  # the session leader of start_new_session
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    deadline = time.monotonic() + timeout
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout
+        time.sleep(0.02)
 
 
 async def _inspect(binary: str, html: Path, profile: Path, width: int, max_height: int) -> PageResult:

@@ -4,7 +4,9 @@ shown, printable."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -90,8 +92,6 @@ def test_letter_paper(chromium: str, make_report: Callable[..., dict[str, Any]],
 def test_broken_chain_banner_is_shown(
     chromium: str, make_report: Callable[..., dict[str, Any]], trail: Path, tmp_path: Path
 ) -> None:
-    import shutil
-
     copy = tmp_path / "audit"
     shutil.copytree(trail / "audit", copy)
     segment = copy / "controller-0" / "00000000000000000001.jsonl"
@@ -101,3 +101,37 @@ def test_broken_chain_banner_is_shown(
     banner = " ".join((page.facts["banner"] or "").split())
     assert banner.startswith("Audit trail integrity check failed. 1 of 3 chain(s) did not verify.")
     assert f"{segment}:4 (edited, chain controller-0)" in banner
+
+
+def test_no_browser_process_outlives_a_page(chromium: str, tmp_path: Path) -> None:
+    """Chromium and every process it started are gone when its context ends, so its profile can be
+    removed (terminating the browser alone left its children writing into the profile: "Directory
+    not empty: 'Default'" now and then on a loaded machine)."""
+    import asyncio
+
+    from .chromium import _browser, group_members
+
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    groups: list[int] = []
+
+    def browser_groups() -> list[int]:  # our children in a process group of their own
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    _state, ppid, pgrp = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+                except (OSError, ValueError):
+                    continue
+                if int(ppid) == os.getpid() and int(pgrp) != os.getpgid(0):
+                    found.append(int(pgrp))
+        return found
+
+    async def open_and_close() -> None:
+        async with _browser(chromium, profile):
+            groups.extend(browser_groups())
+            assert len(group_members(groups[0])) > 1  # the browser and the children it started
+
+    asyncio.run(open_and_close())
+    assert len(groups) == 1 and group_members(groups[0]) == []
+    shutil.rmtree(profile)  # nothing writes into it any more
