@@ -7,7 +7,9 @@ deadline is its keep-alive timeout, meant for idle connections). A few thousand 
 then hold memory and file descriptors until the process hits its limits, and asyncio logs
 "socket.accept() out of system resource" on every retry. :class:`GuardedSite` replaces that accept
 path, within aiohttp's own extension points (a ``BaseSite`` and the ``RequestHandler`` protocol
-that ``aiohttp.web_server.Server`` builds). What it follows:
+that ``aiohttp.web_server.Server`` builds). An admitted connection's protocol is the reviews' fast
+path (:mod:`.fastpath`), which hands any other request to that ``RequestHandler``; both keep the
+deadlines below. What it follows:
 
 * **The accept loop is never starved and never waits for a client.** Whenever the listening socket
   is readable, everything queued in the kernel is accepted at once (up to the backlog), as
@@ -322,7 +324,7 @@ class _GuardedHandler(RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.handshaken = True
-        self._site._handshaken(self._slot)
+        self._site.handshaken(self._slot)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -792,9 +794,6 @@ class GuardedSite(web.BaseSite):
     def _idle_late(self, slot: _Slot) -> None:
         if isinstance(slot.handler, ReviewConnection) and not slot.released:
             slot.handler.idle_late()
-
-    def _handshaken(self, slot: _Slot) -> None:
-        self._handshakes.stop(slot)
 
     # -- what a fast connection tells the site (fastpath.Guard) --------------------------------
 
