@@ -29,10 +29,28 @@ RACE_OUTPUT = "\n".join(
 )
 
 
+# What MPICH 5.0.2 (mpich wheel, ch4:ofi) printed when it lost the race (make test, 2026-11-26).
+MPICH_RACE_OUTPUT = "\n".join(
+    [
+        "Abort(337790351): Fatal error in internal_Init_thread: Other MPI error, error stack:",
+        "internal_Init_thread(71)..........: MPI_Init_thread(argc=(nil), argv=(nil), required=3, "
+        "provided=0x7ffcd9cf9ca0) failed",
+        "MPII_Init_thread(289).............: ",
+        "MPID_Init(549)....................: ",
+        "MPIDI_OFI_init_local(720).........: ",
+        "MPIDI_OFI_create_vci_context(1058): OFI call ep_enable failed "
+        "(default nic=eth0: Address already in use)",
+        "",
+    ]
+)
+
+
 @pytest.mark.parametrize(
     ("output", "lost"),
     [
         (RACE_OUTPUT, True),
+        (MPICH_RACE_OUTPUT, True),
+        (MPICH_RACE_OUTPUT.replace("Address already in use", "Connection refused"), False),
         (RACE_OUTPUT.replace("Address already in use", "Connection refused"), False),
         ("bind: Address already in use", False),
         ("", False),
@@ -49,15 +67,22 @@ def _launcher(tmp_path: Path, output: str, code: int) -> str:
     return str(script)
 
 
-@pytest.mark.parametrize(("output", "named"), [(RACE_OUTPUT, True), ("Abort: something else\n", False)])
-def test_a_run_that_lost_it_says_so(tmp_path: Path, output: str, named: bool) -> None:
+@pytest.mark.parametrize(
+    ("output", "named", "implementation"),
+    [
+        (RACE_OUTPUT, True, "Intel"),
+        (MPICH_RACE_OUTPUT, True, "MPICH"),
+        ("Abort: something else\n", False, "Intel"),
+    ],
+)
+def test_a_run_that_lost_it_says_so(tmp_path: Path, output: str, named: bool, implementation: str) -> None:
     run = run_local(
         2,
         None,
         settings=PreflightSettings(hold=0.1),
         timeout=60,
         mpirun=_launcher(tmp_path, output, 143),
-        implementation="Intel",
+        implementation=implementation,
     )
     assert run.returncode == 143
     assert run.report is None

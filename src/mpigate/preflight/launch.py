@@ -223,8 +223,10 @@ class LocalRun:
 # xnet_setup_socket), binds a random port of FI_TCP_PORT_LOW_RANGE..HIGH_RANGE and moves on only
 # when bind fails (prov/tcp/src/xnet_pep.c xnet_bind_to_port_range), and listens later
 # (xnet_listen). Linux lets two SO_REUSEADDR sockets bind one port while neither listens, so the
-# second listen fails with EADDRINUSE and MPI_Init aborts ("OFI EP enable failed ... Address already
-# in use"). Not a confinement failure: the same launch usually succeeds when run again.
+# second listen fails with EADDRINUSE and MPI_Init aborts — Intel MPI says "OFI EP enable failed
+# ... Address already in use", MPICH 5 (ch4:ofi, MPIDI_OFI_create_vci_context) "OFI call
+# ep_enable failed (default nic=eth0: Address already in use)". Not a confinement failure: the same
+# launch usually succeeds when run again.
 PORT_RACE = (
     "two ranks of one pod took the same port of the data range at MPI_Init and one of them could not "
     "listen on it (libfabric's tcp provider binds a random port of FI_TCP_PORT_LOW_RANGE.."
@@ -236,7 +238,8 @@ PORT_RACE = (
 
 def lost_port_race(output: str) -> bool:
     """Whether a launch's output shows MPI_Init aborted by libfabric's port race (:data:`PORT_RACE`)."""
-    return "OFI EP enable failed" in output and "Address already in use" in output
+    lost_endpoint = "OFI EP enable failed" in output or "OFI call ep_enable failed" in output
+    return lost_endpoint and "Address already in use" in output
 
 
 def _parse_report(stdout: str) -> PreflightReport | None:
