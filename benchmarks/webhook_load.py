@@ -6,7 +6,7 @@ Targets, each a server in its own process on 127.0.0.1 with the same TLS setting
   floor: HTTP + TLS + JSON);
 - ``raw``: the no-op without aiohttp — a bare protocol under the loop's TLS, the same JSON decode
   and answer (how much of the floor is the HTTP framework's; not a server to deploy);
-- ``shell``: mpigate's server exactly as ``mpigate serve`` runs it (aiohttp app, review decoding,
+- ``shell``: mpigate's server exactly as ``mpigate serve`` runs it (its HTTP fast path, review decoding,
   request ids, JSON log line, metrics, deadline) with the policy engine replaced by one that
   allows everything — the floor of mpigate's own HTTP path, which splits the gap to the no-op
   into server overhead and engine time;

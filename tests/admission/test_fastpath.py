@@ -170,6 +170,20 @@ async def test_reading_pauses_while_pipelined_requests_pile_up_behind_a_review()
     assert transport.reading
 
 
+async def test_a_client_that_does_not_read_its_answers_gets_no_more_of_them() -> None:
+    conn, transport, _ = await connection()
+    conn.data_received(request())
+    await wait_for(lambda: answers(transport.written))
+    conn.pause_writing()  # the transport's buffer is full: the client is not reading
+    count = 65536 // len(request()) + 2
+    conn.data_received(request() * count)
+    await asyncio.sleep(0.2)  # a window in which a review would be answered: none may be
+    assert len(answers(transport.written)) == 1 and not transport.reading
+    conn.resume_writing()
+    await wait_for(lambda: len(answers(transport.written)) == count + 1)
+    assert transport.reading
+
+
 HANDED_OVER = {
     "GET /readyz": b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n",
     "unknown path": request(path="/validate/"),

@@ -30,8 +30,9 @@ request's first byte, the body deadline (``body_timeout``) from its headers — 
 closed as the review handler answers it —, and the keep-alive timeout for an idle connection.
 A review runs in a task of its own, as aiohttp's handler runs it, so that a client that goes away
 does not cancel a review half-way through its audit record. Requests a client sends before its
-answer (pipelining) wait in the buffer and are answered in order; while a review is judged,
-reading pauses once 64 KiB of them are in.
+answer (pipelining) wait in the buffer and are answered in order; while a review is judged, or
+while the client does not read its answers (the transport's ``pause_writing``), no next request
+starts and reading pauses once 64 KiB of them are in.
 """
 
 from __future__ import annotations
@@ -224,7 +225,8 @@ class ReviewConnection:
         self._answering: asyncio.Task[None] | None = None
         self._awaiting_headers = False
         self._closing = False
-        self._paused = False
+        self._paused = False  # reading paused (pipelined requests wait in the kernel)
+        self._write_blocked = False  # the transport's write buffer is full: the client is not reading
         self._handed_over = False
         self._task_handler: asyncio.Task[None] | None = None  # what aiohttp's Server reads
         self._quiet: asyncio.Future[None] | None = None  # a shutdown waiting for the answer
@@ -246,7 +248,7 @@ class ReviewConnection:
             if not self._awaiting_headers:
                 self._arm_headers()  # the first byte of the next request on a kept-alive connection
         self._buffer += data
-        if self._answering is None:
+        if self._answering is None and not self._write_blocked:
             self._serve()
         elif len(self._buffer) > _MAX_HEAD and not self._paused:
             self._pause()  # pipelined requests wait in the kernel, not here
@@ -272,10 +274,15 @@ class ReviewConnection:
             self._quiet.set_result(None)
 
     def pause_writing(self) -> None:
-        pass
+        """The transport's write buffer is full: no next request until the client reads its answers
+        (aiohttp's handler waits on the writer's drain likewise), else a client that sends requests
+        and never reads would grow the answers held here without bound."""
+        self._write_blocked = True
 
     def resume_writing(self) -> None:
-        pass
+        self._write_blocked = False
+        if self._answering is None and not self._closing and not self._handed_over:
+            self._next()
 
     # -- what the guard and aiohttp's Server call ----------------------------------------------
 
@@ -473,6 +480,14 @@ class ReviewConnection:
         if self._closing:
             self._quieten()
             transport.close()
+            return
+        if not self._write_blocked:  # else resume_writing goes on
+            self._next()
+
+    def _next(self) -> None:
+        """Read again and answer the next request in the buffer, or be idle."""
+        transport = self.transport
+        if transport is None:
             return
         if self._paused:
             self._paused = False
