@@ -228,7 +228,8 @@ def test_a_hung_job_is_killed_with_all_its_processes(pinned: NetworkProfile) -> 
 
 def _assert_gone(processes: Mapping[int, str]) -> None:
     # SIGKILL takes effect at once. (Open MPI 4's ranks also end soon after mpirun alone is killed:
-    # their lifeline to it breaks. This test passes with mpirun alone killed too.)
+    # their lifeline to it breaks. This test passes with mpirun alone killed too: test_kill_tree.py
+    # checks descendants that outlive mpirun.)
     deadline = time.monotonic() + 30
     while (alive := [pid for pid in processes if _running(pid)]) and time.monotonic() < deadline:
         time.sleep(0.05)
