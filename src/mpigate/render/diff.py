@@ -218,9 +218,53 @@ def git_tree(path: str | os.PathLike[str], ref: str) -> Iterator[tuple[Path, str
     relative = target.relative_to(top.resolve())
     archive = _git(top, "archive", "--format=tar", commit)
     with tempfile.TemporaryDirectory(prefix="mpigate-diff-") as tmp:
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(tmp, filter="data")
+        problem = _extract(archive, tmp)
+        if problem is not None:
+            raise RenderError((RenderProblem(str(path), 0, f"at {ref}: {problem}"),))
         yield Path(tmp) / relative, commit
+
+
+def _extract(archive: bytes, dest: str) -> str | None:
+    """``git archive``'s tar into ``dest``, admitting what tarfile's ``data`` filter admits
+    (PEP 706): directories and regular files inside ``dest`` (written without their modes' setuid
+    and write bits for others) and symbolic links whose target stays inside it; what else is
+    there is the returned problem, and nothing is followed out of ``dest``. The tree at a ref can
+    be a pull request's: a link to a CI runner's files must not be read into the diff. (The
+    ``filter`` argument of ``extractall`` needs Python 3.11.4; the image's interpreter, Debian
+    bookworm's 3.11.2, has none.)"""
+    root = os.path.realpath(dest)
+
+    def inside(candidate: str) -> bool:
+        return candidate == root or candidate.startswith(root + os.sep)
+
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for member in tar:
+            path = os.path.realpath(os.path.join(root, member.name))
+            if os.path.isabs(member.name) or not inside(path) or (path == root and not member.isdir()):
+                return f"{member.name} is outside the tree"
+            if member.isdir():
+                os.makedirs(path, exist_ok=True)
+            elif member.isfile():
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                handle = tar.extractfile(member)
+                data = handle.read() if handle is not None else b""
+                mode = 0o755 if member.mode & 0o100 else 0o644
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+            elif member.issym():
+                link = member.linkname
+                pointed = os.path.realpath(os.path.join(os.path.dirname(path), link))
+                if os.path.isabs(link) or not inside(pointed):
+                    return (
+                        f"{member.name} is a symbolic link to {link}, outside the tree; mpigate does not "
+                        "follow links out of a tree at a git revision (replace it with the file)"
+                    )
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.symlink(link, path)
+            else:
+                return f"{member.name} is not a file, a directory or a symbolic link"
+    return None
 
 
 def render_at_ref(
