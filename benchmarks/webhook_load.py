@@ -40,6 +40,11 @@ org run by another interpreter (another checkout's venv, e.g. main's, or another
 change's CPU per review is printed next to the figure before it, in the same run; with the target
 ``shell`` among the targets it adds ``baseline-shell`` too (the other interpreter's HTTP path).
 
+The figures depend on the interpreter as much as on the build: the script prints which CPython ran
+the servers (the image's is Debian's ``/usr/bin/python3.11``, built with PGO and LTO and libpython
+linked in; a source build such as pyenv's costs about a fifth more CPU per review). The Makefile's
+venvs use that interpreter where it exists.
+
 Prints throughput, latency percentiles and errors per target and concurrency, then the goals
 (zero errors; p99 ≤ 15 ms at concurrency 10; mpigate ≥ 50 % of the no-op throughput).
 """
@@ -369,6 +374,21 @@ def wait_port(port_file: Path, proc: subprocess.Popen[bytes], timeout: float = 3
 LOOPS = ("uvloop", "asyncio")
 
 
+def interpreter(python: str) -> str:
+    """Which CPython runs the servers: its version, its real path, and whether it loads libpython as
+    a shared library. The figures depend on it: this machine's pyenv build (``--enable-shared``,
+    no PGO or LTO) costs about a fifth more CPU per review than Debian's ``/usr/bin/python3.11``,
+    the interpreter the image ships (built with PGO and LTO, libpython linked in)."""
+    probe = (
+        "import os, sys; maps = open('/proc/self/maps').read(); "
+        "print(sys.version.split()[0], os.path.realpath(sys.executable), "
+        "'libpython shared' if 'libpython3' in maps else 'libpython linked in')"
+    )
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    version, path, linkage = done.stdout.strip().split(" ", 2)
+    return f"Python {version} at {path} ({linkage})"
+
+
 def split_target(target: str, default_loop: str) -> tuple[str, str]:
     """``noop@asyncio`` -> ("noop", "asyncio"); a target without ``@`` runs on ``default_loop``
     (the baseline targets: on asyncio, as the other checkout runs them)."""
@@ -483,6 +503,9 @@ def main() -> None:
           f"after {args.warmup:g} s warm-up; {args.client_procs} client processes; "
           f"mpigate serve --workers {args.workers}; servers run by {args.python} on {args.loop} "
           "(baseline targets: asyncio)")  # fmt: skip
+    print(f"servers' interpreter: {interpreter(args.python)}")
+    if args.baseline:
+        print(f"baseline's interpreter: {interpreter(args.baseline)}")
     try:
         for target in targets:
             name, loop = split_target(target, args.loop)
