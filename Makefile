@@ -4,16 +4,19 @@
 # Everything lives in .venv; Debian packages are installed with apt-get when missing.
 
 SHELL := /bin/bash
-PYTHON ?= python3
+# Debian's python3.11 where there is one: the interpreter the image ships (Debian builds it with PGO
+# and LTO; the suite and the webhook's CPU figures run on what production runs, and faster than on
+# a plain source build such as pyenv's); else the python3 on PATH.
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3.11) python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.mpigate-installed
 # Debian packages the tests and the demo use (OpenMPI and MPICH for the real MPI tests, Chromium for
 # the report rendering test, git for revisions, a C compiler and the Python headers for the mypyc
-# build). Installed only when missing. Debian's mpich and openmpi-bin both offer mpirun through
-# alternatives (Open MPI keeps it: priority 50 against 40); the tests call MPICH's own
-# /usr/bin/mpiexec.hydra, never plain mpirun.
-DEB_PACKAGES ?= git openmpi-bin libopenmpi-dev mpich iproute2 chromium gcc python3-dev
+# build, python3-venv for the venvs). Installed only when missing. Debian's mpich and openmpi-bin
+# both offer mpirun through alternatives (Open MPI keeps it: priority 50 against 40); the tests
+# call MPICH's own /usr/bin/mpiexec.hydra, never plain mpirun.
+DEB_PACKAGES ?= git openmpi-bin libopenmpi-dev mpich iproute2 chromium gcc python3-dev python3-venv
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test`: one more than the cores — the workers spend much of their time
 # waiting (servers, subprocesses, MPI runs taking turns); on 2 cores 3 workers ran the pure suite in
@@ -164,12 +167,17 @@ $(IMAGE_TOOLS)/.installed: scripts/image/tools-constraints.txt
 	$(IMAGE_TOOLS)/bin/python -m pip install -q -c scripts/image/tools-constraints.txt cyclonedx-bom
 	@touch $@
 
-# IMAGE_WHEEL=dist/mpigate-…-cp311-….whl: the image with that wheel (docs/building.md)
+# The image installs the mypyc-compiled wheel of `make compiled` (the build the webhook's performance
+# figures are for; docs/building.md). IMAGE_BUILD=pure: the pure-Python wheel instead;
+# IMAGE_WHEEL=path: that wheel. After switching, `rm -rf build/image` (the digest is not rebuilt).
+IMAGE_BUILD ?= compiled
 IMAGE_WHEEL ?=
-build/image/digest: $(STAMP) $(IMAGE_TOOLS)/.installed $(IMAGE_INPUTS) $(IMAGE_WHEEL)
+image-wheel = $(or $(IMAGE_WHEEL),$(if $(filter compiled,$(IMAGE_BUILD)),$$(ls dist/mpigate-*-cp3*-*.whl)))
+build/image/digest: $(STAMP) $(IMAGE_TOOLS)/.installed $(IMAGE_INPUTS) \
+  $(or $(IMAGE_WHEEL),$(if $(filter compiled,$(IMAGE_BUILD)),$(CSTAMP)))
 	@$(MAKE) --no-print-directory system-deps DEB_PACKAGES="$(IMAGE_DEB_PACKAGES)"
 	@test "$$(id -u)" = 0 || { echo "make image: needs root (mmdebstrap --mode=root, chroot)"; exit 2; }
-	PY=$(BIN)/python IMAGE_TOOLS=$(IMAGE_TOOLS) IMAGE_WHEEL=$(IMAGE_WHEEL) bash scripts/image/build.sh
+	PY=$(BIN)/python IMAGE_TOOLS=$(IMAGE_TOOLS) IMAGE_WHEEL="$(image-wheel)" bash scripts/image/build.sh
 
 image: build/image/digest
 

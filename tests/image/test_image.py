@@ -178,7 +178,7 @@ def test_the_image_is_labelled_runs_as_non_root_and_reports_the_wheels_version(i
     out, _ = process.communicate(timeout=DEADLINE)
     assert process.returncode == 0
     assert out.decode().startswith(f"mpigate, version {wheel_version} ")
-    # the pure-Python wheel by default; a mypyc-compiled one (IMAGE_WHEEL) runs compiled
+    # the mypyc-compiled wheel by default (IMAGE_BUILD=pure: the pure-Python one)
     compiled = not wheel.name.endswith("-py3-none-any.whl")
     assert f"(compiled: {'yes' if compiled else 'no'})" in out.decode()
 
