@@ -37,7 +37,7 @@ from .guard import (
 from .kube import KubeClient, KubeConfig
 from .live import KubeLiveSource, LiveSource
 from .logjson import fields
-from .metrics import CONTENT_TYPE, Metrics
+from .metrics import CONTENT_TYPE, FLUSH_INTERVAL, Metrics
 from .recorder import DecisionRecorder
 from .reload import ConfigStore
 from .review import Stage, encode_json
@@ -201,6 +201,7 @@ async def _readyz(request: web.Request) -> web.StreamResponse:
 
 async def _metrics(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE_KEY]
+    service.metrics.flush()  # on the loop's thread, which tallies: every review answered so far
     body = await asyncio.to_thread(service.metrics.exposition)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
@@ -296,6 +297,7 @@ class WebhookServer:
         self._runner: web.AppRunner | None = None
         self.site: GuardedSite | None = None
         self._reloader: asyncio.Task[None] | None = None
+        self._flusher: asyncio.Task[None] | None = None
         self.port: int | None = None
 
     @property
@@ -348,6 +350,7 @@ class WebhookServer:
         await self.site.start()
         self.port = self.site.port
         self._reloader = asyncio.create_task(self._reload_loop(), name="mpigate-reload")
+        self._flusher = asyncio.create_task(self._flush_loop(), name="mpigate-metrics")
         revision = self.store.current.revision if self.store.current else None
         if self.options.worker is None:
             log.info(
@@ -415,19 +418,32 @@ class WebhookServer:
             except Exception:  # a reload bug must not stop serving
                 log.exception("reload check failed")
 
+    async def _flush_loop(self) -> None:
+        """The reviews' metric tallies into ``prometheus_client`` every :data:`FLUSH_INTERVAL`:
+        with ``--workers``, what the other workers' ``/metrics`` read of this one's (a scrape of
+        this worker flushes first; admission/metrics.py)."""
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL)
+            try:
+                self.metrics.flush()
+            except Exception:  # a worker's file that cannot be written must not stop serving
+                log.exception("metrics flush failed")
+
     async def stop(self) -> None:
         """Graceful shutdown: readiness goes false, listening stops, in-flight reviews finish."""
         self.app[STATE_KEY]["draining"] = True
         if self.options.shutdown_delay > 0:
             # Give endpoints controllers time to take this replica out of the Service.
             await asyncio.sleep(self.options.shutdown_delay)
-        if self._reloader is not None:
-            self._reloader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reloader
+        for task in (self._reloader, self._flusher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._runner is not None:
             await self._runner.cleanup()  # stops listening, then waits for in-flight handlers
             self._runner = None
+        self.metrics.flush()  # every review answered, into the worker's files in multiprocess mode
         if self.service.live is not None:
             await self.service.live.stop()
         await self.service.recorder.close()

@@ -207,7 +207,7 @@ class AdmissionService:
         # answered within one iteration took 0 ms by it, and its deadline ran from a stale start
         started = time.monotonic()
         deadline = started + self.settings.deadline
-        self.metrics.in_flight.inc()
+        self.metrics.review_started()
         try:
             with self._span(f"admission {stage}", SpanKind.SERVER) as span:
                 if self._traced:
@@ -220,7 +220,7 @@ class AdmissionService:
                     if reply.status >= 500:
                         span.set_status(Status(StatusCode.ERROR, reply.outcome))
         finally:
-            self.metrics.in_flight.dec()
+            self.metrics.review_ended()
         elapsed = time.monotonic() - started
         info = reply.info
         kind = info.get("kind", "-")
