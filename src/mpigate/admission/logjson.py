@@ -137,14 +137,18 @@ def log_fields(logger: logging.Logger, level: int, fields: dict[str, Any], msg: 
         return
     formatter = handler.formatter
     assert isinstance(formatter, JsonFormatter)
-    handler.acquire()
+    lock = handler.lock  # an RLock (Handler.createLock), taken once: flush() would take it again
+    if lock is not None:
+        lock.acquire()
     try:
         # Handler.emit's steps: the message and the line (LogRecord.getMessage: % only with
-        # arguments), the line with its terminator, then a flush
+        # arguments), the line with its terminator, then StreamHandler.flush's
         message = msg % args if args else msg
         line = formatter.line(time.time(), logging.getLevelName(level), logger.name, message, fields)
-        handler.stream.write(line + handler.terminator)
-        handler.flush()
+        stream = handler.stream
+        stream.write(line + handler.terminator)
+        if stream and hasattr(stream, "flush"):
+            stream.flush()
     except RecursionError:  # as StreamHandler.emit
         raise
     except Exception:  # as StreamHandler.emit: the handler reports it (stderr), logging goes on
@@ -152,4 +156,5 @@ def log_fields(logger: logging.Logger, level: int, fields: dict[str, Any], msg: 
         record.fields = fields
         handler.handleError(record)
     finally:
-        handler.release()
+        if lock is not None:
+            lock.release()
