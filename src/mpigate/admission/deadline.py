@@ -26,6 +26,7 @@ __all__ = ["AlarmClock", "DeadlineExceeded"]
 
 T = TypeVar("T")
 _MIN_SECONDS = 1e-6  # setitimer(0) would disarm instead of firing at once
+_ITIMER = hasattr(signal, "setitimer")
 
 
 class DeadlineExceeded(BaseException):
@@ -44,7 +45,9 @@ class AlarmClock:
     @staticmethod
     def available() -> bool:
         """Whether :meth:`call` can work here (the main thread, POSIX interval timers)."""
-        return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+        # get_ident(), not current_thread(): this runs once per review (current_thread() is
+        # interpreted and looks the thread up in a dict)
+        return _ITIMER and threading.get_ident() == threading.main_thread().ident
 
     def _on_alarm(self, signum: int, frame: Any) -> None:
         # A signal that arrives after the call returned, before the timer was cleared, is ignored.
