@@ -13,12 +13,14 @@ from typing import Any
 
 import pytest
 
+from mpigate._build import module_builds
 from mpigate.admission.client import make_review
 from mpigate.admission.fastpath import RequestIds, ReviewConnection, ReviewRoutes
 from mpigate.admission.guard import ConnectionLimits, RateLimitedLog
+from mpigate.admission.recorder import MemoryRecorder
 from mpigate.admission.reload import ConfigStore
 from mpigate.admission.server import WebhookServer
-from mpigate.admission.service import AdmissionService
+from mpigate.admission.service import AdmissionService, ServiceSettings
 
 from .conftest import BASE_ORG, StartWebhook, trainjob, wait_for
 from .stub_engine import stub_evaluate
@@ -105,11 +107,11 @@ class Guard:
 
 
 async def connection(
-    max_body: int = 1 << 20, body_timeout: float = 30.0
+    max_body: int = 1 << 20, body_timeout: float = 30.0, settings: ServiceSettings | None = None
 ) -> tuple[ReviewConnection, Transport, Guard]:
     store = ConfigStore(BASE_ORG)
     assert await store.load_now() is not None
-    service = AdmissionService(store, evaluator=stub_evaluate, mutator=stub_evaluate)
+    service = AdmissionService(store, evaluator=stub_evaluate, mutator=stub_evaluate, settings=settings)
     routes = ReviewRoutes(
         service,
         max_body=max_body,
@@ -160,8 +162,50 @@ async def test_a_head_and_body_in_pieces_and_pipelined_reviews_are_answered_in_o
     assert "fallback" not in guard.calls
 
 
-async def test_reading_pauses_while_pipelined_requests_pile_up_behind_a_review() -> None:
+async def test_a_review_that_does_not_wait_is_answered_without_a_task() -> None:
+    conn, transport, guard = await connection()
+    tasks = len(asyncio.all_tasks())
+    conn.data_received(request() + request(json.dumps(make_review(trainjob(), uid="fast-2")).encode()))
+    # answered within data_received: no task made, none scheduled
+    assert [a[2]["response"]["uid"] for a in answers(transport.written)] == ["fast-1", "fast-2"]
+    assert len(asyncio.all_tasks()) == tasks
+    assert guard.calls[-4:] == ["headers_in", "request_in", "answered", "idle"] and not transport.closed
+    conn.data_received(request(extra="Connection: close\r\n"))
+    assert len(answers(transport.written)) == 3 and transport.closed
+
+
+async def test_a_review_that_waits_is_answered_from_its_task() -> None:
+    conn, transport, guard = await connection(settings=ServiceSettings(evaluate_in_thread=True))
+    conn.data_received(request())
+    assert not transport.written and guard.calls[-1] == "request_in"
+    await wait_for(lambda: transport.written)
+    [(status, _, body)] = answers(transport.written)
+    assert status == 200 and body["response"]["uid"] == "fast-1"
+    assert guard.calls[-2:] == ["answered", "idle"]
+
+
+@pytest.mark.skipif(
+    module_builds()["mpigate.admission.service"], reason="replaces a method of a compiled class"
+)
+async def test_a_review_that_waits_where_it_should_not_is_refused(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     conn, transport, _ = await connection()
+    conn._routes.service.recorder = MemoryRecorder()  # the audit record makes the review wait
+    monkeypatch.setattr(AdmissionService, "inline", lambda self: True)  # ... which inline() denies
+    conn.data_received(request())
+    [(status, _, body)] = answers(transport.written)
+    assert status == 500 and "internal error" in body["message"]
+    assert any(getattr(r, "fields", {}).get("event") == "review_waited" for r in caplog.records)
+    monkeypatch.undo()
+    conn.data_received(request())  # the connection serves on
+    await wait_for(lambda: len(answers(transport.written)) == 2)
+    assert answers(transport.written)[1][0] == 200
+
+
+async def test_reading_pauses_while_pipelined_requests_pile_up_behind_a_review() -> None:
+    # a review that waits (on a worker thread): a service that does not is answered at once
+    conn, transport, _ = await connection(settings=ServiceSettings(evaluate_in_thread=True))
     conn.data_received(request())  # being judged (its task has not run yet)
     count = 65536 // len(request()) + 2
     conn.data_received(request() * count)

@@ -28,8 +28,10 @@ aiohttp ever judges an ambiguous one.
 The guard's deadlines hold as for aiohttp's handler (:mod:`.guard`): the header deadline from a
 request's first byte, the body deadline (``body_timeout``) from its headers — answered 408 and
 closed as the review handler answers it —, and the keep-alive timeout for an idle connection.
-A review runs in a task of its own, as aiohttp's handler runs it, so that a client that goes away
-does not cancel a review half-way through its audit record. Requests a client sends before its
+A review that may wait (live lookups, the audit trail, a worker thread, tracing) runs in a task of
+its own, as aiohttp's handler runs it, so that a client that goes away does not cancel it half-way
+through its audit record; one that cannot (:meth:`AdmissionService.inline`) is answered within the
+read that completed it, its coroutine driven here. Requests a client sends before its
 answer (pipelining) wait in the buffer and are answered in order; while a review is judged, or
 while the client does not read its answers (the transport's ``pause_writing``), no next request
 starts and reading pauses once 64 KiB of them are in.
@@ -53,7 +55,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from .logjson import fields
 from .review import Stage, encode_json
 from .routes import MUTATE_PATH, VALIDATE_PATH
-from .service import AdmissionService, status_body
+from .service import AdmissionService, Reply, status_body
 
 __all__ = [
     "REQUEST_ID_HEADER",
@@ -281,8 +283,8 @@ class ReviewConnection:
 
     def resume_writing(self) -> None:
         self._write_blocked = False
-        if self._answering is None and not self._closing and not self._handed_over:
-            self._next()
+        if self._answering is None and not self._closing and not self._handed_over and self._ready_for_next():
+            self._serve()
 
     # -- what the guard and aiohttp's Server call ----------------------------------------------
 
@@ -339,7 +341,16 @@ class ReviewConnection:
             body = bytes(self._buffer[request.body_start : request.end])
             del self._buffer[: request.end]
             self._guard.request_in(self._slot)
-            self._answering = asyncio.get_running_loop().create_task(self._answer(request, body))
+            service = self._routes.service
+            if not service.inline():
+                self._answering = asyncio.get_running_loop().create_task(self._answer(request, body))
+                return
+            # Nothing in the review waits (AdmissionService.inline): its one step is taken here,
+            # without the task, its scheduling and its bookkeeping (a task is what lets a review
+            # that waits on live lookups or the audit trail outlive a client that goes away)
+            self._respond_to(request, self._review_now(service, request, body))
+            if not self._finished(request):
+                return
 
     def _parse_head(self) -> _Request | None:
         """The next request's head, or None when it is not all in yet (or was handed over)."""
@@ -442,19 +453,46 @@ class ReviewConnection:
     # -- answering ---------------------------------------------------------------------------
 
     async def _answer(self, request: _Request, body: bytes) -> None:
-        routes = self._routes
+        """Answer ``request`` in a task (a review that may wait), then go on with the next."""
         try:
-            reply = await routes.service.review(request.stage, body, request.request_id)
-            status, payload = reply.status, encode_json(reply.body)
+            reply: Reply | None = await self._routes.service.review(request.stage, body, request.request_id)
         except Exception:
-            log.exception("unhandled error", extra=fields(request_id=request.request_id, path=request.path))
-            status = 500
-            payload = encode_json(status_body(500, f"internal error (request id {request.request_id})"))
-        self._respond(status, payload, request.request_id, request.close)
+            _unhandled(request)
+            reply = None
         self._answering = None
-        if request.close:
-            self._closing = True
-        self._finished()
+        self._respond_to(request, reply)
+        if self._finished(request):
+            self._serve()
+
+    def _review_now(self, service: AdmissionService, request: _Request, body: bytes) -> Reply | None:
+        """The reply of a review that does not wait, its coroutine driven here (None: it failed)."""
+        review = service.review(request.stage, body, request.request_id)
+        try:
+            review.send(None)
+        except StopIteration as done:
+            reply: Reply = done.value
+            return reply
+        except Exception:
+            _unhandled(request)
+            return None
+        # it waited after all (AdmissionService.inline is wrong): nothing here can resume it
+        review.close()
+        log.error(
+            "a review waited outside a task",
+            extra=fields(event="review_waited", request_id=request.request_id, path=request.path),
+        )
+        return None
+
+    def _respond_to(self, request: _Request, reply: Reply | None) -> None:
+        """Write ``reply`` (None: HTTP 500) to ``request``'s client."""
+        if reply is not None:
+            try:
+                self._respond(reply.status, encode_json(reply.body), request.request_id, request.close)
+                return
+            except Exception:
+                _unhandled(request)
+        payload = encode_json(status_body(500, f"internal error (request id {request.request_id})"))
+        self._respond(500, payload, request.request_id, request.close)
 
     def _respond(self, status: int, payload: bytes, request_id: str, close: bool) -> None:
         transport = self.transport
@@ -471,32 +509,36 @@ class ReviewConnection:
             head + b"Date: " + self._routes.date() + b"\r\nServer: " + _SERVER + b"\r\n" + tail + payload
         )
 
-    def _finished(self) -> None:
-        """A request was answered: the next one in the buffer, or idle (or closed)."""
+    def _finished(self, request: _Request) -> bool:
+        """``request`` was answered: True when the next one in the buffer may start (the caller
+        serves it), else the connection is idle, closed, or waits for its client to read."""
+        if request.close:
+            self._closing = True
         transport = self.transport
         if transport is None:
-            return
+            return False
         self._guard.answered(self._slot)  # slow again until its next request is in
         if self._closing:
             self._quieten()
             transport.close()
-            return
-        if not self._write_blocked:  # else resume_writing goes on
-            self._next()
+            return False
+        if self._write_blocked:  # resume_writing goes on
+            return False
+        return self._ready_for_next()
 
-    def _next(self) -> None:
-        """Read again and answer the next request in the buffer, or be idle."""
+    def _ready_for_next(self) -> bool:
+        """Read again; True when the buffer holds (the start of) a next request to serve, else idle."""
         transport = self.transport
         if transport is None:
-            return
+            return False
         if self._paused:
             self._paused = False
             transport.resume_reading()
         if self._buffer:
             self._arm_headers()
-            self._serve()
-        else:
-            self._guard.idle(self._slot)
+            return True
+        self._guard.idle(self._slot)
+        return False
 
     def _body_late(self) -> None:
         """The body did not arrive within ``body_timeout`` of its head: 408, then close (as the
@@ -541,6 +583,10 @@ class ReviewConnection:
         if self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
+
+
+def _unhandled(request: _Request) -> None:
+    log.exception("unhandled error", extra=fields(request_id=request.request_id, path=request.path))
 
 
 _SERVER: Final = SERVER_SOFTWARE.encode()

@@ -190,6 +190,19 @@ class AdmissionService:
         self._executor = executor
         self._alarm = AlarmClock()
 
+    def inline(self) -> bool:
+        """Whether :meth:`review` never waits: no live lookups, no audit trail, no tracing, and the
+        engine on the loop's own thread under its ``SIGALRM`` deadline. Its coroutine then ends in
+        its first step, which a caller may take itself instead of making a task for it (the HTTP
+        fast path, :mod:`.fastpath`)."""
+        return (
+            self.live is None
+            and isinstance(self.recorder, NullRecorder)
+            and not self._traced
+            and not self.settings.evaluate_in_thread
+            and self._alarm.available()
+        )
+
     @property
     def evaluator(self) -> Evaluator:
         return self._evaluator or judge
