@@ -24,6 +24,7 @@ COMPILED = (
     "mpigate.catalogue",
     "mpigate.admission.review",
     "mpigate.admission.fastpath",
+    "mpigate.admission.slots",
     "mpigate.admission.logjson",
     "mpigate.admission.service",
     "mpigate.admission.metrics",

@@ -45,7 +45,7 @@ deadlines below. What it follows:
   the body (``body_timeout``); a connection that misses one is aborted (no TLS shutdown with a
   peer that would not answer it). The handshake and header deadlines each last the same for every
   connection, so one timer over an insertion-ordered dict watches all of them
-  (:class:`_Deadlines`) instead of a ``TimerHandle`` per connection.
+  (:class:`.slots.Deadlines`) instead of a ``TimerHandle`` per connection.
 * **Nothing before the first byte**: a newcomer gets its TLS state, its task and aiohttp's
   protocol only once it has sent something (its ClientHello is usually there already at accept);
   until then it is a descriptor, a reader registration and a dict entry.
@@ -88,6 +88,7 @@ from aiohttp.web_protocol import RequestHandler
 from .fastpath import ReviewConnection, ReviewRoutes
 from .logjson import fields
 from .metrics import Metrics
+from .slots import ConnectionBook, Deadlines, Slot
 
 try:  # a dependency, but the guard also serves on asyncio's loop without it (--loop asyncio)
     from uvloop import Loop as _UVLoop
@@ -218,102 +219,10 @@ def tls_protocol_for(loop: asyncio.AbstractEventLoop) -> Callable[..., asyncio.B
     return _TLSProtocol
 
 
-class _Deadlines:
-    """Deadlines that all last ``timeout``, watched by one timer: started connections in one
-    insertion-ordered dict (so the earliest deadline is first), the timer armed for the first.
-    Starting or stopping one is a dict operation — no ``TimerHandle`` per connection, which on
-    thousands of connections is a heap of timers to push, cancel and skip."""
-
-    def __init__(self, timeout: float, expired: Callable[[_Slot], None]) -> None:
-        self.timeout = timeout
-        self._expired = expired
-        self._since: dict[_Slot, float] = {}
-        self._timer: asyncio.TimerHandle | None = None
-
-    def start(self, slot: _Slot, now: float) -> None:
-        self._since.pop(slot, None)
-        self._since[slot] = now
-        if self._timer is None:
-            self._arm(now + self.timeout)
-
-    def stop(self, slot: _Slot) -> None:
-        self._since.pop(slot, None)
-
-    def close(self) -> None:
-        self._disarm()
-        self._since.clear()
-
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _arm(self, when: float) -> None:
-        # a little late, so that one firing takes every deadline of that moment
-        self._timer = asyncio.get_running_loop().call_at(when + 0.05, self._fire)
-
-    def _fire(self) -> None:
-        self._timer = None
-        limit = time.monotonic() - self.timeout
-        while self._since:
-            slot, since = next(iter(self._since.items()))
-            if since > limit:
-                break
-            del self._since[slot]
-            self._expired(slot)  # may start others (a queued newcomer takes the slot)
-        self._disarm()  # armed by such a start, for a later deadline than the first
-        if self._since:
-            self._arm(next(iter(self._since.values())) + self.timeout)
-
-
-class _Slot:
-    """One admitted connection: its client address and how to close it at once."""
-
-    __slots__ = (
-        "aborted",
-        "client",
-        "conn",
-        "handler",
-        "reading",
-        "released",
-        "started",
-        "transport",
-    )
-
-    def __init__(self, client: str, conn: socket.socket) -> None:
-        self.client = client
-        self.conn = conn
-        self.released = False
-        self.reading = False  # waiting for the client's first byte, before any TLS state exists
-        self.started = False  # it has a task: the socket belongs to the task and its transport
-        self.aborted = False
-        self.transport: asyncio.Transport | None = None
-        self.handler: _GuardedHandler | ReviewConnection | None = None
-
-    def gone(self) -> bool:
-        """Whether it was closed (read again after each ``await``)."""
-        return self.aborted
-
-    def abort(self) -> None:
-        """Close without the TLS close_notify exchange that a hostile peer never answers
-        (``transport.close`` would hold the connection for ``ssl_shutdown_timeout``)."""
-        self.aborted = True
-        if self.transport is not None:
-            self.transport.abort()
-        elif not self.started:
-            if self.reading:
-                self.reading = False
-                asyncio.get_running_loop().remove_reader(self.conn.fileno())
-            self.conn.close()
-        # else: the task is making the transport, which registers the socket's descriptor on
-        # the next iteration — closing the socket now would let that registration hit another
-        # connection's reused descriptor; the task aborts the transport once it has it
-
-
 class _GuardedHandler(RequestHandler):
     """aiohttp's HTTP/1.1 protocol with a header deadline and the site's slot released on close."""
 
-    def __init__(self, manager: Any, *, site: GuardedSite, slot: _Slot, **kwargs: Any) -> None:
+    def __init__(self, manager: Any, *, site: GuardedSite, slot: Slot, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._site = site
         self._slot = slot
@@ -324,7 +233,7 @@ class _GuardedHandler(RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.handshaken = True
-        self._site.handshaken(self._slot)
+        self._site._book.handshaken(self._slot)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -347,11 +256,11 @@ class _GuardedHandler(RequestHandler):
 
     def body_received(self) -> None:
         """The request is complete: it is being judged, never closed to make room."""
-        self._site._busy(self._slot)
+        self._site._book.request_in(self._slot)
 
     def request_finished(self) -> None:
         self._in_request = False
-        self._site._slow_since_now(self._slot)  # idle from now on
+        self._site._book.answered(self._slot)  # idle from now on
 
     def skip_lingering(self) -> None:
         self._lingering_time = 0.0  # RequestHandler.start reads it after the answer is sent
@@ -432,23 +341,27 @@ class GuardedSite(web.BaseSite):
         self._backoff = 0.05
         self._tasks: set[asyncio.Task[None]] = set()
         # connections that have sent their first bytes, waiting for their TLS handshake to start
-        self._starting: dict[str, deque[_Slot]] = {}
+        self._starting: dict[str, deque[Slot]] = {}
         self._start_scheduled = False
         self._open = 0
         self._per_client: Tally[str] = Tally()
-        # slow connections (no complete request) by client address, oldest first: slot -> since
-        self._slow: dict[str, dict[_Slot, float]] = {}
         # accepted sockets waiting for a slot, by client address, oldest first
         self._queue: dict[str, deque[tuple[socket.socket, float]]] = {}
         self._queued = 0
         self._queue_timer: asyncio.TimerHandle | None = None
         self._logs = RateLimitedLog(log)
         self.capacity = limits.max_connections
-        # from accept to the end of the TLS handshake; from a request's first byte to its headers
-        self._handshakes = _Deadlines(limits.handshake_timeout, self._handshake_late)
-        self._headers = _Deadlines(limits.header_timeout, self._headers_late)
-        # idle kept-alive fast connections (aiohttp's own handler keeps its own keep-alive timer)
-        self._idle = _Deadlines(limits.keepalive_timeout, self._idle_late)
+        # the connections' states (compiled: they change several times per review)
+        self._book = ConnectionBook(
+            self,
+            handshakes=Deadlines(limits.handshake_timeout, self._handshake_late),
+            headers=Deadlines(limits.header_timeout, self._headers_late),
+            idle=Deadlines(limits.keepalive_timeout, self._idle_late),
+        )
+        # slow connections (no complete request) by client address, oldest first: slot -> since
+        self._slow = self._book.slow
+        self._handshakes = self._book.handshakes
+        self._headers = self._book.headers
 
     @property
     def name(self) -> str:
@@ -502,9 +415,7 @@ class GuardedSite(web.BaseSite):
                 conn.close()
         self._queue.clear()
         self._queued = 0
-        self._handshakes.close()
-        self._headers.close()
-        self._idle.close()
+        self._book.close()
         for slow in list(self._slow.values()):
             for slot in list(slow):
                 if not slot.started:  # no task or transport yet: nothing else will close it
@@ -596,7 +507,7 @@ class GuardedSite(web.BaseSite):
             self._evict(victim, "cap")
         self._admit(conn, client)
 
-    def _room_for(self, client: str, now: float) -> _Slot | None:
+    def _room_for(self, client: str, now: float) -> Slot | None:
         """At the server's cap, the slow connection to close for a newcomer from ``client``: the
         oldest of the address holding the most connections when that is more than ``client``
         would hold (fair share), else the oldest one slow for ``evict_after``; None if neither."""
@@ -608,7 +519,7 @@ class GuardedSite(web.BaseSite):
             return self._oldest_slow(heaviest, now)
         return self._oldest_slow(None, now - self.limits.evict_after)
 
-    def _oldest_slow(self, client: str | None, before: float) -> _Slot | None:
+    def _oldest_slow(self, client: str | None, before: float) -> Slot | None:
         """The connection of ``client`` (any client: None) slow the longest, if slow since
         ``before`` or earlier."""
         if client is not None:
@@ -619,7 +530,7 @@ class GuardedSite(web.BaseSite):
             first = min(heads, key=lambda item: item[1], default=None)
         return first[0] if first is not None and first[1] <= before else None
 
-    def _evict(self, slot: _Slot, why: str) -> None:
+    def _evict(self, slot: Slot, why: str) -> None:
         """Close ``slot``'s connection; its slot is free at once (for a newcomer, when ``why`` is
         a cap: not refilled from the queue) and its transport goes on the next iteration."""
         self._release(slot, refill=False)
@@ -719,7 +630,7 @@ class GuardedSite(web.BaseSite):
         aiohttp's protocol are made only once the client has sent something: until then a
         connection is a descriptor and a dict entry (a third of a slow-client attack never sends
         a ClientHello)."""
-        slot = _Slot(client, conn)
+        slot = Slot(client, conn)
         self._open += 1
         self._per_client[client] += 1
         self._metrics.connections_open.inc()
@@ -738,12 +649,12 @@ class GuardedSite(web.BaseSite):
         else:  # the ClientHello is here (a client that is not slow)
             self._ready_to_start(slot)
 
-    def _first_bytes(self, slot: _Slot) -> None:
+    def _first_bytes(self, slot: Slot) -> None:
         slot.reading = False
         asyncio.get_running_loop().remove_reader(slot.conn.fileno())
         self._ready_to_start(slot)
 
-    def _ready_to_start(self, slot: _Slot) -> None:
+    def _ready_to_start(self, slot: Slot) -> None:
         """``slot`` has sent its first bytes: its TLS handshake starts within the budget of the
         next loop iteration (:meth:`_start_some`)."""
         self._starting.setdefault(slot.client, deque()).append(slot)
@@ -774,58 +685,36 @@ class GuardedSite(web.BaseSite):
             self._start_scheduled = True
             asyncio.get_running_loop().call_soon(self._start_some)
 
-    def _start(self, slot: _Slot) -> None:
+    def _start(self, slot: Slot) -> None:
         slot.started = True  # the socket now belongs to the task (and the transport it makes)
         task = asyncio.create_task(self._connect(slot.conn, slot))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _handshake_late(self, slot: _Slot) -> None:
+    def _handshake_late(self, slot: Slot) -> None:
         if slot.released:
             return
         self._timed_out("handshake", slot.client)
         self._release(slot)
         slot.abort()
 
-    def _headers_late(self, slot: _Slot) -> None:
+    def _headers_late(self, slot: Slot) -> None:
         if slot.handler is not None and not slot.released:
             slot.handler.headers_late()
 
-    def _idle_late(self, slot: _Slot) -> None:
+    def _idle_late(self, slot: Slot) -> None:
         if isinstance(slot.handler, ReviewConnection) and not slot.released:
             slot.handler.idle_late()
 
-    # -- what a fast connection tells the site (fastpath.Guard) --------------------------------
+    # -- what a fast connection's book (slots.ConnectionBook) leaves to the site ---------------
 
-    def handshaken(self, slot: _Slot) -> None:
-        self._handshakes.stop(slot)
-
-    def awaiting_headers(self, slot: _Slot) -> None:
-        self._headers.start(slot, time.monotonic())
-
-    def headers_in(self, slot: _Slot) -> None:
-        self._headers.stop(slot)
-
-    def request_in(self, slot: _Slot) -> None:
-        self._busy(slot)
-
-    def answered(self, slot: _Slot) -> None:
-        self._slow_since_now(slot)
-
-    def idle(self, slot: _Slot) -> None:
-        if not slot.released:
-            self._idle.start(slot, time.monotonic())
-
-    def not_idle(self, slot: _Slot) -> None:
-        self._idle.stop(slot)
-
-    def released(self, slot: _Slot) -> None:
+    def released(self, slot: Slot) -> None:
         self._release(slot)
 
     def timed_out(self, phase: str, client: str) -> None:
         self._timed_out(phase, client)
 
-    def fallback(self, slot: _Slot) -> asyncio.Protocol:
+    def fallback(self, slot: Slot) -> asyncio.Protocol:
         """aiohttp's protocol for ``slot``, which a fast connection hands itself over to."""
         handler = self._handler(slot)
         slot.handler = handler
@@ -843,13 +732,13 @@ class GuardedSite(web.BaseSite):
         if server is not None:
             server._connections.pop(connection, None)
 
-    def _handler(self, slot: _Slot) -> _GuardedHandler:
+    def _handler(self, slot: Slot) -> _GuardedHandler:
         server = self._runner.server
         assert server is not None
         kwargs = {**server._kwargs, "loop": asyncio.get_running_loop()}  # as aiohttp's Server.__call__
         return _GuardedHandler(server, site=self, slot=slot, **kwargs)
 
-    async def _connect(self, conn: socket.socket, slot: _Slot) -> None:
+    async def _connect(self, conn: socket.socket, slot: Slot) -> None:
         """Serve ``conn``: aiohttp's protocol, behind TLS when the site has a context. What
         ``loop.connect_accepted_socket(..., ssl=...)`` does (CPython:
         ``BaseEventLoop._create_connection_transport``; uvloop: ``Loop.connect_accepted_socket``
@@ -864,7 +753,7 @@ class GuardedSite(web.BaseSite):
             return
         handler: _GuardedHandler | ReviewConnection
         if self._routes is not None:
-            handler = ReviewConnection(self._routes, self, slot)
+            handler = ReviewConnection(self._routes, self._book, slot)
         else:
             handler = self._handler(slot)
         slot.handler = handler
@@ -901,7 +790,7 @@ class GuardedSite(web.BaseSite):
         if not handler.handshaken:  # closed during the handshake (the waiter then has no error)
             self._release(slot)
 
-    def _handshake_failed(self, slot: _Slot, exc: OSError) -> None:
+    def _handshake_failed(self, slot: Slot, exc: OSError) -> None:
         if slot.released:
             return
         if "taking longer" in str(exc):  # asyncio's handshake timeout (ConnectionAbortedError)
@@ -912,19 +801,6 @@ class GuardedSite(web.BaseSite):
                 event="handshake_failed", client=slot.client,
             )  # fmt: skip
         self._release(slot)
-
-    def _busy(self, slot: _Slot) -> None:
-        slow = self._slow.get(slot.client)
-        if slow is not None:
-            slow.pop(slot, None)
-            if not slow:
-                del self._slow[slot.client]
-
-    def _slow_since_now(self, slot: _Slot) -> None:
-        if not slot.released:
-            slow = self._slow.setdefault(slot.client, {})
-            slow.pop(slot, None)
-            slow[slot] = time.monotonic()
 
     def _timed_out(self, phase: str, client: str) -> None:
         self._metrics.connection_timeouts.labels(phase).inc()
@@ -939,16 +815,13 @@ class GuardedSite(web.BaseSite):
             client=client,
         )
 
-    def _release(self, slot: _Slot, *, refill: bool = True) -> None:
+    def _release(self, slot: Slot, *, refill: bool = True) -> None:
         """Give ``slot`` back (once, however many ways its connection ends) and, unless a
         newcomer takes its place (``refill=False``), admit the next queued one."""
         if slot.released:
             return
         slot.released = True
-        self._handshakes.stop(slot)
-        self._headers.stop(slot)
-        self._idle.stop(slot)
-        self._busy(slot)
+        self._book.forget(slot)
         self._open -= 1
         self._per_client[slot.client] -= 1
         if self._per_client[slot.client] <= 0:
