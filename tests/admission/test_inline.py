@@ -71,12 +71,19 @@ def test_close_puts_the_previous_handler_back() -> None:
 
 
 def test_the_alarm_is_only_available_on_the_main_thread() -> None:
-    assert AlarmClock.available()
+    clock = AlarmClock()
+    assert clock.available()
     seen: list[bool] = []
-    worker = threading.Thread(target=lambda: seen.append(AlarmClock.available()))
+    made: list[AlarmClock] = []
+
+    def on_a_thread() -> None:
+        made.append(AlarmClock())  # made on another thread, as a server on a thread of its own
+        seen.extend((clock.available(), made[0].available()))
+
+    worker = threading.Thread(target=on_a_thread)
     worker.start()
     worker.join()
-    assert seen == [False]
+    assert seen == [False, False] and made[0].available()
 
 
 class Recording:

@@ -41,13 +41,13 @@ class AlarmClock:
         self._armed = False
         self._installed = False
         self._previous: Any = None
+        # read once: available() runs twice per review, and current_thread() and Thread.ident
+        # are interpreted
+        self._main = threading.main_thread().ident
 
-    @staticmethod
-    def available() -> bool:
+    def available(self) -> bool:
         """Whether :meth:`call` can work here (the main thread, POSIX interval timers)."""
-        # get_ident(), not current_thread(): this runs once per review (current_thread() is
-        # interpreted and looks the thread up in a dict)
-        return _ITIMER and threading.get_ident() == threading.main_thread().ident
+        return _ITIMER and threading.get_ident() == self._main
 
     def _on_alarm(self, signum: int, frame: Any) -> None:
         # A signal that arrives after the call returned, before the timer was cleared, is ignored.

@@ -293,7 +293,7 @@ class AdmissionService:
             reason = self.store.last_error or "not loaded yet"
             message = f"mpigate has no valid config to judge with ({reason}) (request id {request_id})"
             return Reply(503, status_body(503, message), "unavailable", info=info)
-        info["revision"] = loaded.revision
+        info["revision"] = loaded.config.revision  # (LoadedConfig.revision: an interpreted property)
         try:
             reply = await self._judge(stage, req, loaded.config, deadline, info, request_id)
         except _Failed as failed:
