@@ -43,7 +43,8 @@ COMPILED_TESTS ?= tests/policy tests/trainjob tests/kueue/test_model.py tests/ad
   tests/admission/test_review.py tests/admission/test_fuzz.py tests/admission/test_server.py \
   tests/admission/test_deadline.py tests/admission/test_inline.py tests/admission/test_workers.py \
   tests/admission/test_limits.py tests/admission/test_faults.py tests/admission/test_slow_clients.py \
-  tests/admission/test_fastpath.py tests/admission/test_metrics.py tests/config --ignore=tests/config/test_yamlsource.py \
+  tests/admission/test_fastpath.py tests/admission/test_null_recorder.py tests/admission/test_metrics.py \
+  tests/config --ignore=tests/config/test_yamlsource.py \
   --ignore=tests/config/test_units.py --ignore=tests/config/test_schema.py tests/render/test_render.py \
   tests/test_catalogue.py tests/test_build.py tests/audit/test_records.py tests/cel_k8s/test_reads.py
 

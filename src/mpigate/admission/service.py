@@ -197,7 +197,7 @@ class AdmissionService:
         fast path, :mod:`.fastpath`)."""
         return (
             self.live is None
-            and isinstance(self.recorder, NullRecorder)
+            and type(self.recorder) is NullRecorder  # a subclass may record: it waits
             and not self._traced
             and not self.settings.evaluate_in_thread
             and self._alarm.available()
@@ -343,7 +343,7 @@ class AdmissionService:
         info["team"] = decision.team
         position: RecordPosition | None = None
         with self._span("audit record"):
-            if not isinstance(self.recorder, NullRecorder):  # nothing to wait for without a trail
+            if type(self.recorder) is not NullRecorder:  # nothing to wait for without a trail
                 position = await self._record(decision, req.input, stage, deadline, request_id)
         # Keep the engine's own live warning if it already gave one.
         extra_warnings = [
