@@ -15,9 +15,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from mpigate.preflight.launch import _kill_tree
+
+from .processes import running, still_running
 
 DEADLINE = 30.0
 
@@ -42,28 +43,12 @@ time.sleep(600)
 """
 
 
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (orphans wait for PID 1 to reap them)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
-
-
 def _tree() -> tuple[subprocess.Popen[str], list[int]]:
     root = subprocess.Popen([sys.executable, "-c", _TREE], stdout=subprocess.PIPE, text=True)
     assert root.stdout is not None
     descendants = [int(pid) for pid in root.stdout.readline().split()]
-    assert len(descendants) == 4 and all(_running(pid) for pid in descendants)
+    assert len(descendants) == 4 and all(running(pid) for pid in descendants)
     return root, descendants
-
-
-def _wait_gone(pids: list[int]) -> list[int]:
-    deadline = time.monotonic() + DEADLINE
-    while (alive := [pid for pid in pids if _running(pid)]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return alive
 
 
 def _cleanup(pids: list[int]) -> None:
@@ -78,7 +63,7 @@ def test_every_descendant_goes_even_those_that_outlive_their_parent() -> None:
         _kill_tree(root.pid)
         root.wait(DEADLINE)
         assert root.returncode == -signal.SIGKILL
-        assert _wait_gone(descendants) == []
+        assert still_running(descendants, DEADLINE) == []
     finally:
         _cleanup(descendants)
 
@@ -90,6 +75,6 @@ def test_control_the_descendants_survive_their_parent_alone() -> None:
         root.kill()
         root.wait(DEADLINE)
         time.sleep(0.5)
-        assert all(_running(pid) for pid in descendants)
+        assert all(running(pid) for pid in descendants)
     finally:
         _cleanup(descendants)

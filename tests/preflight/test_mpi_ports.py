@@ -8,14 +8,14 @@ lies in the pinned ranges; without it, OpenMPI uses ports outside them (so the f
 from __future__ import annotations
 
 import ipaddress
-import time
 from collections.abc import Mapping
-from pathlib import Path
 
 import pytest
 
 from mpigate.config.model import NetworkProfile
 from mpigate.preflight import LocalRun, PreflightSettings, run_local
+
+from .processes import still_running
 
 pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("openmpi")]
 
@@ -230,16 +230,5 @@ def _assert_gone(processes: Mapping[int, str]) -> None:
     # SIGKILL takes effect at once. (Open MPI 4's ranks also end soon after mpirun alone is killed:
     # their lifeline to it breaks. This test passes with mpirun alone killed too: test_kill_tree.py
     # checks descendants that outlive mpirun.)
-    deadline = time.monotonic() + 30
-    while (alive := [pid for pid in processes if _running(pid)]) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    alive = still_running(processes)
     assert alive == [], {pid: processes[pid] for pid in alive}
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (orphans wait for PID 1 to reap them)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
