@@ -84,7 +84,11 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     for layer in manifest["layers"]:
         assert layer["mediaType"] == "application/vnd.oci.image.layer.v1.tar+gzip"
         with tarfile.open(fileobj=io.BytesIO(gzip.decompress(_blob(layer["digest"]))), mode="r:") as tar:
-            tar.extractall(root, filter="fully_trusted")  # our own artifact, owners kept
+            # our own artifact, owners kept: fully trusted. extractall's filter argument exists
+            # from Python 3.11.4 on (Debian bookworm's 3.11.2, which the Makefile's venvs use, has
+            # none and extracts fully trusted anyway); later Pythons warn or filter without it.
+            trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+            tar.extractall(root, **trusted)
     stale = _first_difference(root)
     if stale:
         pytest.skip(
