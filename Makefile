@@ -178,6 +178,8 @@ build/image/digest: $(STAMP) $(IMAGE_TOOLS)/.installed $(IMAGE_INPUTS) \
   $(or $(IMAGE_WHEEL),$(if $(filter compiled,$(IMAGE_BUILD)),$(CSTAMP)))
 	@$(MAKE) --no-print-directory system-deps DEB_PACKAGES="$(IMAGE_DEB_PACKAGES)"
 	@test "$$(id -u)" = 0 || { echo "make image: needs root (mmdebstrap --mode=root, chroot)"; exit 2; }
+	@case "$(IMAGE_BUILD)" in compiled|pure) ;; \
+	  *) echo "make image: IMAGE_BUILD is compiled or pure, not '$(IMAGE_BUILD)'"; exit 2;; esac
 	@wheel="$(image-wheel)"; if [ -z "$$wheel" ] && [ "$(IMAGE_BUILD)" = compiled ]; then \
 	  echo "make image: no compiled wheel in dist/ (rm $(CSTAMP) and run make compiled)"; exit 2; fi
 	PY=$(BIN)/python IMAGE_TOOLS=$(IMAGE_TOOLS) IMAGE_WHEEL="$(image-wheel)" bash scripts/image/build.sh

@@ -42,7 +42,7 @@ change's CPU per review is printed next to the figure before it, in the same run
 
 The figures depend on the interpreter as much as on the build: the script prints which CPython ran
 the servers (the image's is Debian's ``/usr/bin/python3.11``, built with PGO and LTO and libpython
-linked in; a source build such as pyenv's costs about a fifth more CPU per review). The Makefile's
+linked in; a source build such as pyenv's costs 11–25 % more CPU per review). The Makefile's
 venvs use that interpreter where it exists.
 
 Prints throughput, latency percentiles and errors per target and concurrency, then the goals
@@ -377,7 +377,7 @@ LOOPS = ("uvloop", "asyncio")
 def interpreter(python: str) -> str:
     """Which CPython runs the servers: its version, its real path, and whether it loads libpython as
     a shared library. The figures depend on it: this machine's pyenv build (``--enable-shared``,
-    no PGO or LTO) costs about a fifth more CPU per review than Debian's ``/usr/bin/python3.11``,
+    no PGO or LTO) costs 11–25 % more CPU per review than Debian's ``/usr/bin/python3.11``,
     the interpreter the image ships (built with PGO and LTO, libpython linked in)."""
     probe = (
         "import os, sys; maps = open('/proc/self/maps').read(); "

@@ -293,3 +293,21 @@ def test_a_tree_at_a_ref_is_read_with_its_links_inside_and_none_out_of_it(git_or
         link.unlink()
         _git(repo, "add", "-A")
         _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", f"no {name}")
+
+
+def test_an_archive_member_that_cannot_be_written_is_a_clean_problem(tmp_path: Path) -> None:
+    # A name there twice (git archive writes none, a hostile tar could): named, no traceback.
+    import io
+    import tarfile
+
+    from mpigate.render.diff import _extract
+
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for _ in range(2):
+            info = tarfile.TarInfo("org/quotas/team.yaml")
+            info.size = 3
+            tar.addfile(info, io.BytesIO(b"a: "))
+    problem = _extract(raw.getvalue(), str(tmp_path))
+    assert problem is not None and problem.startswith("org/quotas/team.yaml could not be written (")
+    assert (tmp_path / "org" / "quotas" / "team.yaml").read_bytes() == b"a: "

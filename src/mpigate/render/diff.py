@@ -233,37 +233,48 @@ def _extract(archive: bytes, dest: str) -> str | None:
     ``filter`` argument of ``extractall`` needs Python 3.11.4; the image's interpreter, Debian
     bookworm's 3.11.2, has none.)"""
     root = os.path.realpath(dest)
-
-    def inside(candidate: str) -> bool:
-        return candidate == root or candidate.startswith(root + os.sep)
-
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         for member in tar:
-            path = os.path.realpath(os.path.join(root, member.name))
-            if os.path.isabs(member.name) or not inside(path) or (path == root and not member.isdir()):
-                return f"{member.name} is outside the tree"
-            if member.isdir():
-                os.makedirs(path, exist_ok=True)
-            elif member.isfile():
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                handle = tar.extractfile(member)
-                data = handle.read() if handle is not None else b""
-                mode = 0o755 if member.mode & 0o100 else 0o644
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-                with os.fdopen(fd, "wb") as out:
-                    out.write(data)
-            elif member.issym():
-                link = member.linkname
-                pointed = os.path.realpath(os.path.join(os.path.dirname(path), link))
-                if os.path.isabs(link) or not inside(pointed):
-                    return (
-                        f"{member.name} is a symbolic link to {link}, outside the tree; mpigate does not "
-                        "follow links out of a tree at a git revision (replace it with the file)"
-                    )
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                os.symlink(link, path)
-            else:
-                return f"{member.name} is not a file, a directory or a symbolic link"
+            try:
+                problem = _extract_member(tar, member, root)
+            except OSError as exc:  # e.g. a name that is there twice: a clean error, no traceback
+                problem = f"{member.name} could not be written ({exc.strerror or exc})"
+            if problem is not None:
+                return problem
+    return None
+
+
+def _inside(candidate: str, root: str) -> bool:
+    return candidate == root or candidate.startswith(root + os.sep)
+
+
+def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, root: str) -> str | None:
+    """One member of :func:`_extract`'s archive into ``root``, or why it is refused."""
+    path = os.path.realpath(os.path.join(root, member.name))
+    if os.path.isabs(member.name) or not _inside(path, root) or (path == root and not member.isdir()):
+        return f"{member.name} is outside the tree"
+    if member.isdir():
+        os.makedirs(path, exist_ok=True)
+    elif member.isfile():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handle = tar.extractfile(member)
+        data = handle.read() if handle is not None else b""
+        mode = 0o755 if member.mode & 0o100 else 0o644
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+    elif member.issym():
+        link = member.linkname
+        pointed = os.path.realpath(os.path.join(os.path.dirname(path), link))
+        if os.path.isabs(link) or not _inside(pointed, root):
+            return (
+                f"{member.name} is a symbolic link to {link}, outside the tree; mpigate does not "
+                "follow links out of a tree at a git revision (replace it with the file)"
+            )
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.symlink(link, path)
+    else:
+        return f"{member.name} is not a file, a directory or a symbolic link"
     return None
 
 
